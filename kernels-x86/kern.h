@@ -1,0 +1,133 @@
+/* kernels-x86/kern.h — the kernel ABI: what model code may call. Kernels never know the
+ * model; model code never contains intrinsics.
+ *
+ * Threading: every kernel is single-threaded and works on a caller-chosen slice of output
+ * rows [n0, n1) (or of an expert's intermediate rows), so a thread pool splits work by
+ * rows and results do not depend on the number of threads (no cross-thread reductions
+ * inside a kernel).
+ *
+ * Dispatch: epyq_kern() returns the table picked once from cpuid + xgetbv, capped by
+ * EPYQ_MAX_ISA=ref|avx2|avx512|avx512_vnni|avx512_bf16. Every entry has a plain-C twin
+ * in the "ref" table; tests compare each table against it (tests/kern/).
+ *
+ * Numeric paths for int4 weights (caller chooses per call through epyq_act.path):
+ *   EPYQ_PATH_A16 — activations rounded to bf16, int4 codes widened to bf16, VDPBF16PS,
+ *                   fp32 accumulation;
+ *   EPYQ_PATH_A8  — activations quantised to int8 per group of gs on the fly (scale =
+ *                   max|x|/127), VPDPBUSD, fp32 per-group rescale.
+ * The ref twin of each path performs the same roundings, so SIMD-vs-ref differences are
+ * only fp32 summation order; each kernel file states its bound against a double reference. */
+#ifndef EPYQ_KERN_H
+#define EPYQ_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef enum {
+    EPYQ_ISA_REF = 0,
+    EPYQ_ISA_AVX2,        /* Haswell+, Zen1+ (AVX2 + FMA + F16C) */
+    EPYQ_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ */
+    EPYQ_ISA_AVX512_VNNI, /* + VNNI: Cascade Lake+, Zen4+ */
+    EPYQ_ISA_AVX512_BF16, /* + BF16: Cooper Lake, Sapphire Rapids+, Zen4/Zen5 */
+    EPYQ_ISA_COUNT
+} epyq_isa;
+
+typedef enum {
+    EPYQ_PATH_A16 = 0, /* bf16 activations (default for conformance) */
+    EPYQ_PATH_A8 = 1,  /* int8 per-group activations (VNNI) */
+} epyq_numpath;
+
+/* An int4 matrix in canonical (unpacked) form: what every on-disk format decodes to
+ * (src/load/q4_unpack.c) and what the packer consumes. w[j][i] = (q[j][i] - z[j][g]) * s[j][g]
+ * with g = i / gs. */
+typedef struct {
+    int32_t n, k, gs;   /* logical [n out][k in]; k % gs == 0; gs in {32, 64, 128} */
+    const uint8_t *q;   /* [n][k]    codes 0..15 */
+    const float *s;     /* [n][k/gs] scales (exact widening of the on-disk bf16/f16) */
+    const uint8_t *z;   /* [n][k/gs] zero points (0..16: GPTQ v1 can give 16); NULL = all 8 */
+} epyq_q4_canon;
+
+/* An int4 matrix in the kernels' packed layout (private to kernels-x86/w4_pack.c).
+ * The caller owns `mem` (so the NUMA loader can place it on a node). */
+typedef struct {
+    int32_t n, k, gs;
+    int32_t asym;  /* 1 when zero points are not all 8 */
+    void *mem;     /* epyq_w4_pack_bytes() bytes, 64-byte aligned, layout private */
+    size_t bytes;  /* bytes one full pass over the matrix streams (for GB/s figures) */
+} epyq_w4;
+
+size_t epyq_w4_pack_bytes(int32_t n, int32_t k, int32_t gs, int asym);
+/* Pack src into dst->mem (which the caller allocated with epyq_w4_pack_bytes bytes).
+ * Refuses (EPYQ_E_UNSUPPORTED) group sizes or shapes the kernels cannot take. */
+epyq_status epyq_w4_pack(epyq_w4 *dst, void *mem, const epyq_q4_canon *src, epyq_err *err);
+/* Decode one packed matrix back to canonical codes/scales/zeros (tests, --check). */
+void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q /*[n][k]*/, float *s /*[n][k/gs]*/, uint8_t *z /*[n][k/gs]*/);
+
+/* Activations prepared once per input and shared by every kernel and thread that reads it. */
+typedef struct {
+    int32_t m, k, gs;     /* m rows of k values; gs = group size used for A8 scales */
+    epyq_numpath path;
+    const float *f32;     /* [m][k] the original activations */
+    void *buf;            /* epyq_act_bytes() bytes: path-specific copy, layout private */
+} epyq_act;
+
+size_t epyq_act_bytes(int32_t m, int32_t k, int32_t gs, epyq_numpath path);
+
+/* The table of kernels for one ISA level. */
+typedef struct epyq_kern_table {
+    const char *name; /* "ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16" */
+    epyq_isa isa;
+
+    /* Prepare x [m][k] for `path` into buf (epyq_act_bytes bytes); fills *a. */
+    void (*act_prep)(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
+                     epyq_numpath path, void *buf);
+
+    /* y[t][j] = sum_i W[j][i] * x[t][i] for j in [n0, n1), t < x->m; y row stride ldy floats. */
+    void (*w4_gemm)(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x, float *y,
+                    int32_t ldy);
+
+    /* Fused routed expert over intermediate rows [i0, i1) (multiples of down->gs):
+     *   y[t][:] = rw[t] * down[:, i0:i1] · ( silu(gate[i0:i1]·x_t) ⊙ (up[i0:i1]·x_t) )
+     * y [m][down->n] with row stride ldy is WRITTEN (not accumulated); the caller sums the
+     * slices of one expert and the experts of one token in a fixed order. gate/up/down use
+     * x->path. scratch: w4_expert_scratch_bytes(m, i1 - i0, ...) bytes. */
+    void (*w4_expert)(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down, int32_t i0,
+                      int32_t i1, const epyq_act *x, const float *rw, float *y, int32_t ldy,
+                      void *scratch);
+    size_t (*w4_expert_scratch_bytes)(int32_t m, int32_t n_inter, int32_t k);
+
+    /* Dense bf16 weights as stored on disk, row-major w [n][k] (row stride k):
+     * y[t][j] = sum_i w[j][i] * x[t][i] for j in [n0, n1). x prepared with any path: A16 rounds
+     * x to bf16 (VDPBF16PS); the fp32 x->f32 is used by the ref twin of the exact variant. */
+    void (*bf16_gemm)(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epyq_act *x,
+                      float *y, int32_t ldy);
+
+    /* Attention over a bf16 KV cache for one query head and one token:
+     *   out[d] = sum_s softmax_s(scale * q·k_s) v_s[d], s < n_ctx; k/v rows of hd bf16,
+     * row stride kv_stride elements. q, out: fp32 [hd]. */
+    void (*attn_bf16)(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,
+                      int32_t hd, int32_t kv_stride, float scale, float *out);
+
+    /* One Gated DeltaNet recurrent step for one value head (model.md §5.6 step 7):
+     *   S <- alpha*S; m = S^T k; d = beta*(v - m); S += k d^T; o = S^T q.
+     * S fp32 [dk][dv] updated in place; k, q (already L2-normalised/scaled) [dk]; v, o [dv]. */
+    void (*gdn_step)(float *S, const float *k, const float *v, const float *q, float alpha,
+                     float beta, int32_t dk, int32_t dv, float *o);
+
+    /* Memory-bandwidth probe: sum of n floats (streaming loads). */
+    double (*stream_read)(const float *buf, size_t n);
+} epyq_kern_table;
+
+/* The table for this process (host ISA capped by EPYQ_MAX_ISA), chosen once. */
+const epyq_kern_table *epyq_kern(void);
+/* The table for one level, or NULL if the host cannot run it (tests iterate these). */
+const epyq_kern_table *epyq_kern_for_isa(epyq_isa isa);
+/* What the host supports (cpuid + xgetbv), ignoring EPYQ_MAX_ISA. */
+epyq_isa epyq_cpu_isa(void);
+const char *epyq_isa_name(epyq_isa isa);
+/* Parse "ref|avx2|avx512|avx512_vnni|avx512_bf16"; -1 if unknown. */
+int epyq_isa_parse(const char *s);
+
+#endif

@@ -1,0 +1,126 @@
+/* src/load/weights.h — binding a checkpoint to the architecture (model.md §4).
+ *
+ * Promise: epyq_weights_bind() enumerates every tensor the text model (and the MTP head, when
+ * present) needs, finds each under any accepted layout (per-expert or fused 3-D experts; prefix
+ * model.language_model. or model.), decides per linear whether it is int4 (tensors present +
+ * config) or 16/32-bit, and checks every shape and dtype before anything is copied. Missing
+ * tensors give EPYQ_E_SHAPE naming the tensor and the expected shape; unexpected tensors outside
+ * model.visual.* and mtp.* are listed in `unexpected` (inspect reports them; load refuses them
+ * unless told otherwise). No weight data is touched: everything points into the mapping.
+ *
+ * Linear sources are format-neutral: model code turns each into its runtime form with
+ * epyq_linear_dequant() (reference path: fp32) or epyq_linear_unpack_q4() (canonical int4 for
+ * the packer in kernels-x86/kern.h). */
+#ifndef EPYQ_WEIGHTS_H
+#define EPYQ_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels-x86/kern.h"
+#include "load/config.h"
+#include "load/safetensors.h"
+
+typedef enum { EPYQ_LIN_DENSE = 0, EPYQ_LIN_Q4 } epyq_lin_kind;
+
+/* One logical Linear y = W·x with W [n_out][n_in], wherever and however it is stored. */
+typedef struct {
+    char module[160];            /* e.g. model.language_model.layers.0.mlp.experts.3.gate_proj */
+    int64_t n_out, n_in;
+    epyq_lin_kind kind;
+    /* DENSE: w is BF16/F16/F32; the matrix is rows [row0, row0 + n_out) of slice `slice`
+     * of w (slice = expert index for fused 3-D [E][rows][n_in] tensors, else 0). */
+    const epyq_tensor *w;
+    int64_t slice, row0;
+    /* Q4 (layout per cfg->qformat, see ../shared/spec/quant-formats.md): */
+    epyq_qscheme scheme;
+    const epyq_tensor *qweight;  /* GPTQ qweight | CT weight_packed | Quark weight | AWQ qweight */
+    const epyq_tensor *scales;   /* scales | weight_scale */
+    const epyq_tensor *qzeros;   /* qzeros | weight_zero_point | NULL when symmetric */
+    const epyq_tensor *g_idx;    /* GPTQ/CT act-order; NULL if absent or trivial */
+} epyq_linear;
+
+/* Decode to fp32 W [n_out][n_in] (exact: (q - z) * s for int4; widening for 16-bit). */
+epyq_status epyq_linear_dequant(const epyq_linear *l, const epyq_config *cfg, float *w, epyq_err *err);
+/* Decode an int4 linear to canonical form; q/s/z buffers sized [n_out][n_in] and
+ * [n_out][n_in/gs]; z may be NULL in the result when the scheme is symmetric. A non-trivial
+ * g_idx (act-order) is returned as perm[n_in] (input i of the canonical matrix reads x[perm[i]]),
+ * else *has_perm = false. */
+epyq_status epyq_linear_unpack_q4(const epyq_linear *l, const epyq_config *cfg, uint8_t *q,
+                                  float *s, uint8_t *z, int32_t *perm, bool *has_perm, epyq_err *err);
+/* Bytes one full GEMV over this linear reads from the checkpoint's representation. */
+uint64_t epyq_linear_bytes(const epyq_linear *l);
+
+typedef struct {
+    epyq_linear in_proj_qkv;     /* [conv_dim = 2*Hk*Dk + Hv*Dv][H] */
+    epyq_linear in_proj_z;       /* [Hv*Dv][H] */
+    epyq_linear in_proj_b;       /* [Hv][H] */
+    epyq_linear in_proj_a;       /* [Hv][H] */
+    epyq_linear out_proj;        /* [H][Hv*Dv] */
+    const epyq_tensor *conv1d;   /* [conv_dim][1][Kc] */
+    const epyq_tensor *dt_bias;  /* [Hv] */
+    const epyq_tensor *A_log;    /* [Hv] (F32 or BF16) */
+    const epyq_tensor *norm;     /* [Dv] plain gated-RMSNorm weight */
+} epyq_gdn_w;
+
+typedef struct {
+    epyq_linear q_proj;          /* [nq * hd * 2][H] per-head interleaved q | gate */
+    epyq_linear k_proj;          /* [nkv * hd][H] */
+    epyq_linear v_proj;          /* [nkv * hd][H] */
+    epyq_linear o_proj;          /* [H][nq * hd] */
+    const epyq_tensor *q_norm;   /* [hd] zero-centred */
+    const epyq_tensor *k_norm;   /* [hd] zero-centred */
+} epyq_attn_w;
+
+typedef struct {
+    epyq_linear router;          /* [E][H] mlp.gate */
+    epyq_linear *gate;           /* [E] each [I][H] (fused: rows [0, I) of gate_up_proj[e]) */
+    epyq_linear *up;             /* [E] each [I][H] (fused: rows [I, 2I)) */
+    epyq_linear *down;           /* [E] each [H][I] */
+    bool fused;                  /* experts stored as 3-D gate_up_proj / down_proj */
+    epyq_linear sh_gate;         /* [Is][H] */
+    epyq_linear sh_up;           /* [Is][H] */
+    epyq_linear sh_down;         /* [H][Is] */
+    epyq_linear sh_expert_gate;  /* [1][H] */
+} epyq_moe_w;
+
+typedef struct {
+    bool full_attn;
+    const epyq_tensor *input_norm;  /* [H] zero-centred */
+    const epyq_tensor *post_norm;   /* [H] zero-centred */
+    epyq_gdn_w gdn;                 /* when !full_attn */
+    epyq_attn_w attn;               /* when full_attn */
+    epyq_moe_w moe;
+} epyq_layer_w;
+
+typedef struct {
+    epyq_linear fc;                        /* [H][2H] input concat(embedding, hidden) */
+    const epyq_tensor *pre_fc_norm_embedding, *pre_fc_norm_hidden, *norm; /* [H] zero-centred */
+    epyq_layer_w layer;                    /* a full-attention MoE layer */
+} epyq_mtp_w;
+
+typedef struct {
+    epyq_config cfg;
+    epyq_ckpt *ckpt;                 /* owned */
+    const epyq_tensor *embed;        /* [V][H] */
+    const epyq_tensor *final_norm;   /* [H] zero-centred */
+    epyq_linear lm_head;             /* [V][H] */
+    epyq_layer_w *layers;            /* [num_hidden_layers] */
+    bool has_mtp;
+    epyq_mtp_w mtp;
+    size_t n_vision, n_mtp;          /* recognised tensors not used by the text trunk */
+    size_t n_unexpected;
+    char **unexpected;               /* [n_unexpected] names outside the architecture */
+} epyq_weights;
+
+typedef struct {
+    bool allow_unexpected;  /* inspect: list them instead of refusing */
+    bool skip_mtp;          /* do not bind mtp.* even if present */
+} epyq_bind_opts;
+
+epyq_status epyq_weights_bind(epyq_weights **out, const char *dir, const epyq_bind_opts *opts,
+                              epyq_err *err);
+void epyq_weights_free(epyq_weights *w);
+
+#endif

@@ -1,0 +1,73 @@
+/* tools/epyq.c — `epyq <command> [options]`: dispatches to tools/cmd_<command>.c.
+ * Commands are declared weak so the program links while a command is being written;
+ * a command that is not linked in says so instead of crashing. */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "tools/cmd.h"
+
+#pragma weak epyq_cmd_inspect
+#pragma weak epyq_cmd_synth
+#pragma weak epyq_cmd_logits
+#pragma weak epyq_cmd_tokenize
+#pragma weak epyq_cmd_detokenize
+#pragma weak epyq_cmd_template
+#pragma weak epyq_cmd_run
+#pragma weak epyq_cmd_chat
+#pragma weak epyq_cmd_batch
+#pragma weak epyq_cmd_bench
+#pragma weak epyq_cmd_ppl
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"chat", epyq_cmd_chat, "interactive chat REPL"},
+    {"run", epyq_cmd_run, "one-shot generation to stdout"},
+    {"batch", epyq_cmd_batch, "OpenAI-style JSONL batch job (resumable)"},
+    {"bench", epyq_cmd_bench, "llama-bench style throughput benchmark"},
+    {"ppl", epyq_cmd_ppl, "perplexity / KL divergence over a text file"},
+    {"inspect", epyq_cmd_inspect, "validate and summarise a checkpoint folder"},
+    {"synth", epyq_cmd_synth, "write a synthetic checkpoint of the real shape"},
+    {"logits", epyq_cmd_logits, "conformance: write float32 logits for given ids"},
+    {"tokenize", epyq_cmd_tokenize, "text -> token ids (JSON)"},
+    {"detokenize", epyq_cmd_detokenize, "token ids (JSON) -> text"},
+    {"template", epyq_cmd_template, "render the checkpoint's chat template"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: epyq <command> [options]   (epyq <command> --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s%s\n", commands[i].name, commands[i].help,
+                commands[i].fn ? "" : "  [not built]");
+    fprintf(f, "\nepyq %s — CPU inference for Qwen3.6-35B-A3B (int4 W4A16 / BF16)\n", PACKAGE_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("epyq %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        if (!commands[i].fn) {
+            fprintf(stderr, "epyq: command '%s' is not built into this binary\n", argv[1]);
+            return 2;
+        }
+        return commands[i].fn(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "epyq: unknown command '%s' (try epyq --help)\n", argv[1]);
+    return 2;
+}
