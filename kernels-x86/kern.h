@@ -99,16 +99,32 @@ typedef struct epyq_kern_table {
     size_t (*w4_expert_scratch_bytes)(int32_t m, int32_t n_inter, int32_t k);
 
     /* Dense bf16 weights as stored on disk, row-major w [n][k] (row stride k):
-     * y[t][j] = sum_i w[j][i] * x[t][i] for j in [n0, n1). x prepared with any path: A16 rounds
-     * x to bf16 (VDPBF16PS); the fp32 x->f32 is used by the ref twin of the exact variant. */
+     * y[t][j] = sum_i w[j][i] * x[t][i] for j in [n0, n1), t < x->m; y row stride ldy floats.
+     * Only x->f32 [m][k] is read (x->path and x->buf are ignored, so an act prepared for any
+     * path works): each x value is rounded to bf16 (nearest-even) and the bf16 x bf16 products
+     * are summed in fp32 (VDPBF16PS on avx512_bf16) — what HF's bf16 matmul computes.
+     * Any k >= 1 (ragged tails are masked); m in 1..64 is the tuned range, any m works. */
     void (*bf16_gemm)(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epyq_act *x,
                       float *y, int32_t ldy);
+    /* The fp32-exact variant: same contract, but x->f32 is NOT rounded; bf16 weights are
+     * widened to fp32 (exact) and multiplied with fp32 FMA. The caller selects it by calling
+     * this entry instead of bf16_gemm (e.g. for the router and lm_head when logits must match
+     * an fp32 reference more closely); it streams the same bytes, so a GEMV costs the same. */
+    void (*bf16_gemm_f32)(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
+                          const epyq_act *x, float *y, int32_t ldy);
 
     /* Attention over a bf16 KV cache for one query head and one token:
      *   out[d] = sum_s softmax_s(scale * q·k_s) v_s[d], s < n_ctx; k/v rows of hd bf16,
      * row stride kv_stride elements. q, out: fp32 [hd]. */
     void (*attn_bf16)(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,
                       int32_t hd, int32_t kv_stride, float scale, float *out);
+    /* The same for nq query heads that share one kv head (GQA group, or several prefill
+     * tokens of one head that see the same n_ctx): each k/v row is loaded once for all
+     * heads. q [nq][ldq] fp32, out [nq][ldo] fp32; results equal nq calls of attn_bf16 up
+     * to fp32 summation order. Online softmax (one pass over K/V) in both entries. */
+    void (*attn_bf16_multi)(const float *q, int32_t nq, int32_t ldq, const uint16_t *k,
+                            const uint16_t *v, int32_t n_ctx, int32_t hd, int32_t kv_stride,
+                            float scale, float *out, int32_t ldo);
 
     /* One Gated DeltaNet recurrent step for one value head (model.md §5.6 step 7):
      *   S <- alpha*S; m = S^T k; d = beta*(v - m); S += k d^T; o = S^T q.
@@ -120,8 +136,18 @@ typedef struct epyq_kern_table {
     double (*stream_read)(const float *buf, size_t n);
 } epyq_kern_table;
 
-/* The table for this process (host ISA capped by EPYQ_MAX_ISA), chosen once. */
+/* The table for this process (host ISA capped by EPYQ_MAX_ISA), chosen once.
+ * Every entry of every table is non-NULL once implemented at some level: a level that has
+ * no own version of an entry serves the best lower level's (ref at the bottom). An
+ * unparsable EPYQ_MAX_ISA makes epyq_kern() log one error and use "ref"; tools call
+ * epyq_kern_init() first so the user gets the error and exit status instead. */
 const epyq_kern_table *epyq_kern(void);
+/* Validate EPYQ_MAX_ISA and pick the process table now; EPYQ_E_ARG names the bad value. */
+epyq_status epyq_kern_init(epyq_err *err);
+/* The table for host level `host` capped by the EPYQ_MAX_ISA-style string `cap` (NULL or
+ * "" = no cap): a pure function of its arguments, so tests can exercise every case. */
+epyq_status epyq_kern_select(epyq_isa host, const char *cap, const epyq_kern_table **out,
+                             epyq_err *err);
 /* The table for one level, or NULL if the host cannot run it (tests iterate these). */
 const epyq_kern_table *epyq_kern_for_isa(epyq_isa isa);
 /* What the host supports (cpuid + xgetbv), ignoring EPYQ_MAX_ISA. */

@@ -1,0 +1,55 @@
+/* kernels-x86/kern_impl.h — the per-ISA kernel symbols the dispatch tables point at.
+ *
+ * Private to kernels-x86/: model code reaches kernels only through epyq_kern(). Each name
+ * carries its ISA as a suffix; an ISA file defines only the entries it speeds up, and
+ * dispatch.c fills every other slot of its table from the best lower level. Argument
+ * meanings are those of the matching epyq_kern_table entry in kern.h. */
+#ifndef EPYQ_KERN_IMPL_H
+#define EPYQ_KERN_IMPL_H
+
+#include "kernels-x86/kern.h"
+
+/* Declares one dense kernel family for an ISA suffix. */
+#define EPYQ_DECLARE_BF16_GEMM(sfx)                                                              \
+    void epyq_bf16_gemm_##sfx(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,             \
+                              const epyq_act *x, float *y, int32_t ldy)
+#define EPYQ_DECLARE_BF16_GEMM_F32(sfx)                                                          \
+    void epyq_bf16_gemm_f32_##sfx(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,         \
+                                  const epyq_act *x, float *y, int32_t ldy)
+#define EPYQ_DECLARE_ATTN(sfx)                                                                   \
+    void epyq_attn_bf16_##sfx(const float *q, const uint16_t *k, const uint16_t *v,             \
+                              int32_t n_ctx, int32_t hd, int32_t kv_stride, float scale,        \
+                              float *out);                                                       \
+    void epyq_attn_bf16_multi_##sfx(const float *q, int32_t nq, int32_t ldq, const uint16_t *k, \
+                                    const uint16_t *v, int32_t n_ctx, int32_t hd,               \
+                                    int32_t kv_stride, float scale, float *out, int32_t ldo)
+#define EPYQ_DECLARE_GDN(sfx)                                                                    \
+    void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
+                             float alpha, float beta, int32_t dk, int32_t dv, float *o)
+#define EPYQ_DECLARE_STREAM(sfx) double epyq_stream_read_##sfx(const float *buf, size_t n)
+
+/* ref: plain C, always built (kernels-x86/ref/dense_ref.c). */
+EPYQ_DECLARE_BF16_GEMM(ref);
+EPYQ_DECLARE_BF16_GEMM_F32(ref);
+EPYQ_DECLARE_ATTN(ref);
+EPYQ_DECLARE_GDN(ref);
+EPYQ_DECLARE_STREAM(ref);
+
+/* avx2: AVX2 + FMA + F16C (kernels-x86/avx2/dense_avx2.c). */
+EPYQ_DECLARE_BF16_GEMM(avx2);
+EPYQ_DECLARE_BF16_GEMM_F32(avx2);
+EPYQ_DECLARE_ATTN(avx2);
+EPYQ_DECLARE_GDN(avx2);
+EPYQ_DECLARE_STREAM(avx2);
+
+/* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c); avx512bf16 adds VDPBF16PS. */
+EPYQ_DECLARE_BF16_GEMM(avx512);
+EPYQ_DECLARE_BF16_GEMM_F32(avx512);
+EPYQ_DECLARE_ATTN(avx512);
+EPYQ_DECLARE_GDN(avx512);
+EPYQ_DECLARE_STREAM(avx512);
+EPYQ_DECLARE_BF16_GEMM(avx512bf16);
+
+/* int4 kernels (act_prep, w4_gemm, w4_expert, ...) are declared below by their owner. */
+
+#endif
