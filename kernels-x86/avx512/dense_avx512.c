@@ -1,0 +1,327 @@
+/* kernels-x86/avx512/dense_avx512.c — dense kernels for the AVX-512 tables.
+ *
+ *   epyq_bf16_gemm_avx512bf16  y = W x, x rounded to bf16, VDPBF16PS (Zen 4/5, SPR+)
+ *   epyq_bf16_gemm_avx512      the same numbers without VDPBF16PS: W widened to fp32 and
+ *                              x rounded to bf16 in-register, FMA (Skylake-SP, Cascade Lake)
+ *   epyq_bf16_gemm_f32_avx512  fp32-exact variant: W widened, x kept fp32, FMA
+ *   epyq_attn_bf16[_multi]_avx512, epyq_gdn_step_avx512, epyq_stream_read_avx512
+ *
+ * GEMM layout: W [n][k] bf16 row-major exactly as on disk, x [m][k] fp32. A register tile
+ * is R = 4 weight rows x T <= 4 tokens of fp32 accumulators; the tile walks k once, so
+ * each weight byte comes from DRAM once per call and is reused T times from registers
+ * (and across token tiles from L1: 4 rows x k x 2 B = 16 KiB at k = 2048). x is rounded
+ * per tile on the fly — for a GEMV that costs nothing next to the weight stream, and it
+ * keeps bf16_gemm free of any scratch buffer or dependence on epyq_act's private layout.
+ * Ragged k is handled with masked loads (zero lanes add nothing), so any k works.
+ *
+ * Attention: one pass over K/V with an online softmax per block of 16 keys: block scores
+ * -> block max -> one vector exp for 16 probabilities -> rescale the running sum/output
+ * once per block. Heads that share a kv head (GQA) are processed together so every K/V
+ * row is loaded once per group of up to 8 heads. hd must be a multiple of 16, else the
+ * call is served by the ref twin.
+ *
+ * Error bounds against a double reference are asserted in tests/kern/test_dense.c. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels-x86/kern_impl.h"
+
+enum { MODE_DPBF16, MODE_ROUND, MODE_F32 };
+#define TILE_R 4
+#define TILE_T 4
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* bf16 lanes (16 x u16) -> fp32: a bf16 is the top half of the fp32 with the same bits. */
+INLINE __m512 widen_bf16(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* Round fp32 lanes to the nearest-even bf16 value (kept as fp32), like epyq_f32_to_bf16;
+ * NaN lanes stay NaN. */
+INLINE __m512 round_bf16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), nan, x);
+}
+
+/* One R x T register tile: y[t][r] = w[r] . x[t] over the whole k. R, T, mode are
+ * compile-time constants at every call site, so the loops below unroll into registers. */
+INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
+                      size_t ldy, const int R, const int T, const int mode) {
+    __m512 acc[TILE_R][TILE_T];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    size_t i = 0;
+    if (mode == MODE_DPBF16) {
+        /* 32 k-values per step: VDPBF16PS sums adjacent pairs into 16 fp32 lanes. */
+        for (; i + 32 <= k; i += 32) {
+            __m512bh xb[TILE_T];
+            for (int t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * ldx + i;
+                xb[t] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xt + 16), _mm512_loadu_ps(xt));
+            }
+            for (int r = 0; r < R; r++) {
+                const __m512bh wb = (__m512bh)_mm512_loadu_si512(w + (size_t)r * k + i);
+                for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xb[t]);
+            }
+        }
+        if (i < k) {
+            const size_t rem = k - i; /* 1..31 */
+            const __mmask32 mw = (__mmask32)((1ull << rem) - 1);
+            const __mmask16 mlo = (__mmask16)mw, mhi = (__mmask16)(mw >> 16);
+            __m512bh xb[TILE_T];
+            for (int t = 0; t < T; t++) {
+                const float *xt = x + (size_t)t * ldx + i;
+                xb[t] = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mhi, xt + 16),
+                                            _mm512_maskz_loadu_ps(mlo, xt));
+            }
+            for (int r = 0; r < R; r++) {
+                const __m512bh wb =
+                    (__m512bh)_mm512_maskz_loadu_epi16(mw, w + (size_t)r * k + i);
+                for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xb[t]);
+            }
+        }
+    } else {
+        for (; i < k; i += 16) {
+            const size_t rem = k - i;
+            const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+            __m512 xf[TILE_T];
+            for (int t = 0; t < T; t++) {
+                xf[t] = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + i);
+                if (mode == MODE_ROUND) xf[t] = round_bf16(xf[t]);
+            }
+            for (int r = 0; r < R; r++) {
+                const __m512 wf = widen_bf16(_mm256_maskz_loadu_epi16(m, w + (size_t)r * k + i));
+                for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wf, xf[t], acc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* Tokens in tiles of 4 (then 3, 2, 1) for one row tile of R rows. */
+INLINE void gemm_rows(const uint16_t *w, size_t k, const float *x, int32_t m, float *y,
+                      size_t ldy, const int R, const int mode) {
+    int32_t t = 0;
+    for (; t + 4 <= m; t += 4) gemm_tile(w, k, x + (size_t)t * k, k, y + (size_t)t * ldy, ldy, R, 4, mode);
+    const float *xt = x + (size_t)t * k;
+    float *yt = y + (size_t)t * ldy;
+    switch (m - t) {
+    case 3: gemm_tile(w, k, xt, k, yt, ldy, R, 3, mode); break;
+    case 2: gemm_tile(w, k, xt, k, yt, ldy, R, 2, mode); break;
+    case 1: gemm_tile(w, k, xt, k, yt, ldy, R, 1, mode); break;
+    default: break;
+    }
+}
+
+INLINE void gemm(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epyq_act *x,
+                 float *y, int32_t ldy, const int mode) {
+    const size_t kk = (size_t)k, ld = (size_t)ldy;
+    int32_t j = n0;
+    for (; j + TILE_R <= n1; j += TILE_R)
+        gemm_rows(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, TILE_R, mode);
+    for (; j < n1; j++) gemm_rows(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, 1, mode);
+}
+
+void epyq_bf16_gemm_avx512bf16(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
+                               const epyq_act *x, float *y, int32_t ldy) {
+    gemm(w, k, n0, n1, x, y, ldy, MODE_DPBF16);
+}
+
+void epyq_bf16_gemm_avx512(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
+                           const epyq_act *x, float *y, int32_t ldy) {
+    gemm(w, k, n0, n1, x, y, ldy, MODE_ROUND);
+}
+
+void epyq_bf16_gemm_f32_avx512(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
+                               const epyq_act *x, float *y, int32_t ldy) {
+    gemm(w, k, n0, n1, x, y, ldy, MODE_F32);
+}
+
+/* ---- exp ------------------------------------------------------------------------------- */
+
+/* e^x for x <= 0 (softmax arguments): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of
+ * ln2), e^r by its degree-6 Taylor polynomial (truncation < 1.2e-7 relative, ~1 ulp), then
+ * scaled by 2^n with VSCALEFPS. Arguments below -87 are clamped: their true value is below
+ * 1e-38, i.e. zero next to the block maximum's weight of 1. */
+INLINE __m512 exp_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+#define ATT_BLOCK 16 /* keys per online-softmax step: one vector of scores */
+#define ATT_HEADS 8  /* query heads per pass over K/V (the model's GQA group) */
+
+/* Up to ATT_HEADS heads over all n_ctx keys; hd % 16 == 0. */
+static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
+                       const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
+                       float scale, float *out, size_t ldo) {
+    float mx[ATT_HEADS], sum[ATT_HEADS];
+    float p[ATT_HEADS][ATT_BLOCK];
+    for (int32_t h = 0; h < nq; h++) {
+        mx[h] = -INFINITY;
+        sum[h] = 0.0f;
+        for (size_t d = 0; d < hd; d++) out[h * ldo + d] = 0.0f;
+    }
+    for (int32_t s0 = 0; s0 < n_ctx; s0 += ATT_BLOCK) {
+        const int32_t nb = n_ctx - s0 < ATT_BLOCK ? n_ctx - s0 : ATT_BLOCK;
+        /* Scores: each key row is widened once and reused by every head of the group. */
+        for (int32_t s = 0; s < nb; s++) {
+            const uint16_t *ks = k + (size_t)(s0 + s) * kv_stride;
+            __m512 acc[ATT_HEADS];
+            for (int32_t h = 0; h < nq; h++) acc[h] = _mm512_setzero_ps();
+            for (size_t d = 0; d < hd; d += 16) {
+                const __m512 kf = widen_bf16(_mm256_loadu_si256((const __m256i *)(ks + d)));
+                for (int32_t h = 0; h < nq; h++)
+                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * ldq + d), kf, acc[h]);
+            }
+            for (int32_t h = 0; h < nq; h++) p[h][s] = _mm512_reduce_add_ps(acc[h]) * scale;
+        }
+        /* Online softmax update per head; lanes past the block end get probability 0. */
+        const __mmask16 live = (__mmask16)((1u << nb) - 1);
+        for (int32_t h = 0; h < nq; h++) {
+            const __m512 sc = _mm512_maskz_loadu_ps(live, p[h]);
+            const float bmax = _mm512_mask_reduce_max_ps(live, sc);
+            const float nmax = bmax > mx[h] ? bmax : mx[h];
+            const float r = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - nmax);
+            const __m512 e = _mm512_maskz_mov_ps(live, exp_neg(_mm512_sub_ps(sc, _mm512_set1_ps(nmax))));
+            _mm512_storeu_ps(p[h], e);
+            sum[h] = sum[h] * r + _mm512_reduce_add_ps(e);
+            mx[h] = nmax;
+            if (r != 1.0f) {
+                const __m512 rv = _mm512_set1_ps(r);
+                float *o = out + h * ldo;
+                for (size_t d = 0; d < hd; d += 16)
+                    _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), rv));
+            }
+        }
+        /* Weighted V: one 16-column strip of all heads' outputs stays in registers while
+         * the block's V rows stream through it. */
+        for (size_t d = 0; d < hd; d += 16) {
+            __m512 o[ATT_HEADS];
+            for (int32_t h = 0; h < nq; h++) o[h] = _mm512_loadu_ps(out + h * ldo + d);
+            for (int32_t s = 0; s < nb; s++) {
+                const uint16_t *vs = v + (size_t)(s0 + s) * kv_stride;
+                const __m512 vf = widen_bf16(_mm256_loadu_si256((const __m256i *)(vs + d)));
+                for (int32_t h = 0; h < nq; h++)
+                    o[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h][s]), vf, o[h]);
+            }
+            for (int32_t h = 0; h < nq; h++) _mm512_storeu_ps(out + h * ldo + d, o[h]);
+        }
+    }
+    for (int32_t h = 0; h < nq; h++) {
+        if (!(sum[h] > 0.0f)) continue;
+        const __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
+        float *o = out + h * ldo;
+        for (size_t d = 0; d < hd; d += 16)
+            _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), inv));
+    }
+}
+
+void epyq_attn_bf16_multi_avx512(const float *q, int32_t nq, int32_t ldq, const uint16_t *k,
+                                 const uint16_t *v, int32_t n_ctx, int32_t hd, int32_t kv_stride,
+                                 float scale, float *out, int32_t ldo) {
+    if (hd % 16 != 0) {
+        epyq_attn_bf16_multi_ref(q, nq, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo);
+        return;
+    }
+    for (int32_t h = 0; h < nq; h += ATT_HEADS) {
+        const int32_t g = nq - h < ATT_HEADS ? nq - h : ATT_HEADS;
+        attn_group(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
+                   (size_t)kv_stride, scale, out + (size_t)h * (size_t)ldo, (size_t)ldo);
+    }
+}
+
+void epyq_attn_bf16_avx512(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,
+                           int32_t hd, int32_t kv_stride, float scale, float *out) {
+    epyq_attn_bf16_multi_avx512(q, 1, hd, k, v, n_ctx, hd, kv_stride, scale, out, hd);
+}
+
+/* ---- Gated DeltaNet step --------------------------------------------------------------- */
+
+#define GDN_COLS 128 /* value columns per strip: 8 vectors of m, delta and o in registers */
+
+/* Two passes over each strip of S (64 KiB for 128 x 128: L2-resident between tokens):
+ *   pass 1: m = alpha * (S^T k)                      (decay folded into the read)
+ *   pass 2: S = alpha*S + k delta^T, o += q_i S_i     (update and output read fused) */
+void epyq_gdn_step_avx512(float *S, const float *k, const float *v, const float *q, float alpha,
+                          float beta, int32_t dk, int32_t dv, float *o) {
+    if (dv % 16 != 0) {
+        epyq_gdn_step_ref(S, k, v, q, alpha, beta, dk, dv, o);
+        return;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int32_t j0 = 0; j0 < dv; j0 += GDN_COLS) {
+        const int nvec = (dv - j0 < GDN_COLS ? dv - j0 : GDN_COLS) / 16;
+        __m512 acc[GDN_COLS / 16], dlt[GDN_COLS / 16];
+        for (int c = 0; c < nvec; c++) acc[c] = _mm512_setzero_ps();
+        for (int32_t i = 0; i < dk; i++) {
+            const float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+            const __m512 ki = _mm512_set1_ps(k[i]);
+            for (int c = 0; c < nvec; c++)
+                acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(Si + 16 * c), ki, acc[c]);
+        }
+        for (int c = 0; c < nvec; c++) {
+            const __m512 vv = _mm512_loadu_ps(v + j0 + 16 * c);
+            dlt[c] = _mm512_mul_ps(vb, _mm512_fnmadd_ps(va, acc[c], vv));
+            acc[c] = _mm512_setzero_ps();
+        }
+        for (int32_t i = 0; i < dk; i++) {
+            float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+            const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+            for (int c = 0; c < nvec; c++) {
+                const __m512 sn =
+                    _mm512_fmadd_ps(ki, dlt[c], _mm512_mul_ps(va, _mm512_loadu_ps(Si + 16 * c)));
+                _mm512_storeu_ps(Si + 16 * c, sn);
+                acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
+            }
+        }
+        for (int c = 0; c < nvec; c++) _mm512_storeu_ps(o + j0 + 16 * c, acc[c]);
+    }
+}
+
+/* ---- streaming read -------------------------------------------------------------------- */
+
+/* Eight independent accumulators keep enough loads in flight to saturate a core's share
+ * of DRAM bandwidth; the sum itself only stops the compiler from deleting the loads. */
+double epyq_stream_read_avx512(const float *buf, size_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(buf + i));
+        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(buf + i + 16));
+        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(buf + i + 32));
+        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(buf + i + 48));
+        a4 = _mm512_add_ps(a4, _mm512_loadu_ps(buf + i + 64));
+        a5 = _mm512_add_ps(a5, _mm512_loadu_ps(buf + i + 80));
+        a6 = _mm512_add_ps(a6, _mm512_loadu_ps(buf + i + 96));
+        a7 = _mm512_add_ps(a7, _mm512_loadu_ps(buf + i + 112));
+    }
+    for (; i < n; i += 16) {
+        const size_t rem = n - i;
+        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+        a0 = _mm512_add_ps(a0, _mm512_maskz_loadu_ps(m, buf + i));
+    }
+    a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                       _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    return (double)_mm512_reduce_add_ps(a0);
+}

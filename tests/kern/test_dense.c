@@ -1,0 +1,503 @@
+/* tests/kern/test_dense.c — every dense kernel of every table this host can run, against a
+ * double-precision reference; plus the dispatcher (EPYQ_MAX_ISA parsing and capping).
+ *
+ * Each case poisons its outputs with NaN, runs the kernel, and checks every output element
+ * (and that elements outside the requested row slice stay NaN). Tolerances are worst-case
+ * fp32 rounding bounds computed per element from the data, so a kernel that drops a term,
+ * reads a wrong row or mis-handles a ragged tail fails by orders of magnitude:
+ *   bf16_gemm[_f32]: |y - y64| <= (k + 2) u sum_i |w_i x_i|           (u = 2^-24; products
+ *                    are exact in fp32, each term passes through <= k-1 roundings in any order)
+ *   stream_read:     |s - s64| <= (n + 2) u sum_i |x_i|
+ *   attn_bf16:       |o - o64| <= 2 (2 eps_s + (n_ctx + hd + 16) u) max|v|, with
+ *                    eps_s = (hd + 2) u scale max_s sum_d |q_d k_sd| the score error bound
+ *                    (a score error e changes each softmax weight by a factor <= e^(2e))
+ *   gdn_step:        o_j: 4 (dk + 4) u (sum_i |S_ij k_i| (1 + sum_i |k_i q_i|) + sum_i |S_ij q_i|
+ *                    + sum_i |S'_ij q_i| + |delta_j| sum_i |k_i q_i| + |v_j|), S' elementwise
+ *                    4 u (|S_ij| + |k_i| (|delta_j| + beta (dk + 2) sum_i |S_ij k_i|))
+ * Shapes: ragged n and k (any k >= 1 is supported, no multiple of 32 needed), m in 1..64,
+ * hd in {8, 16, 40, 64, 128, 256}. The random seed is fixed; a failure prints the case. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "kernels-x86/kern.h"
+
+#define U32 (1.0 / 16777216.0) /* fp32 unit roundoff 2^-24 */
+
+static int fast_mode(void) {
+    const char *f = getenv("EPYQ_FAST");
+    return f && *f && strcmp(f, "0") != 0;
+}
+
+/* ---- deterministic random numbers ----------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+/* Uniform in [-1, 1). */
+static float rnd_f(void) { return (float)((double)rnd_u32() / 2147483648.0 - 1.0); }
+
+static int rnd_range(int lo, int hi) { return lo + (int)(rnd_u32() % (uint32_t)(hi - lo + 1)); }
+
+/* bf16 value of a random float, widened, computed independently of the library: keep 8
+ * significant bits with round-half-even (nearbyint in the default rounding mode). */
+static double bf16_round_d(double v) {
+    if (v == 0.0 || !isfinite(v)) return v;
+    int e;
+    const double m = frexp(v, &e); /* v = m 2^e, 0.5 <= |m| < 1 */
+    return ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+
+static uint16_t bf16_bits(double v) { /* v already representable in bf16 */
+    const float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+static double bf16_val(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t *rnd_bf16(size_t n) {
+    uint16_t *p = malloc(n * sizeof *p + 64);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++) p[i] = bf16_bits(bf16_round_d(rnd_f()));
+    return p;
+}
+
+static float *rnd_floats(size_t n) {
+    float *p = malloc(n * sizeof *p + 64);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++) p[i] = rnd_f();
+    return p;
+}
+
+static float *nan_floats(size_t n) {
+    float *p = malloc(n * sizeof *p + 64);
+    ck_assert_ptr_nonnull(p);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+/* ---- bf16 GEMM ------------------------------------------------------------------------- */
+
+/* The shapes every table must pass: edges of the 32-wide steps, 4-row and 4-token tiles. */
+static const int gemm_k[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 257, 1000, 2048};
+static const int gemm_m[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 64};
+
+/* One case: w [n][k], x [m][k], y [m][ldy] with ldy = n + 3; rows [n0, n1). */
+static void gemm_case(const epyq_kern_table *t, int exact, int n, int k, int m, double *worst) {
+    const int ldy = n + 3;
+    const int n0 = n > 2 ? rnd_range(0, n / 3) : 0;
+    const int n1 = n > 2 ? rnd_range(n0 + 1, n) : n;
+    uint16_t *w = rnd_bf16((size_t)n * (size_t)k);
+    float *x = rnd_floats((size_t)m * (size_t)k);
+    float *y = nan_floats((size_t)m * (size_t)ldy);
+    const epyq_act a = {.m = m, .k = k, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x, .buf = NULL};
+    (exact ? t->bf16_gemm_f32 : t->bf16_gemm)(w, k, n0, n1, &a, y, ldy);
+    for (int tk = 0; tk < m; tk++) {
+        for (int j = 0; j < ldy; j++) {
+            const float got = y[(size_t)tk * (size_t)ldy + (size_t)j];
+            if (j < n0 || j >= n1) {
+                ck_assert_msg(isnan(got), "%s %s: wrote outside rows [%d,%d): y[%d][%d]",
+                              t->name, exact ? "bf16_gemm_f32" : "bf16_gemm", n0, n1, tk, j);
+                continue;
+            }
+            double ref = 0.0, mag = 0.0;
+            for (int i = 0; i < k; i++) {
+                const double xv = x[(size_t)tk * (size_t)k + (size_t)i];
+                const double p = bf16_val(w[(size_t)j * (size_t)k + (size_t)i]) *
+                                 (exact ? xv : bf16_round_d(xv));
+                ref += p;
+                mag += fabs(p);
+            }
+            const double bound = (k + 2) * U32 * mag + 1e-37;
+            const double err = fabs((double)got - ref);
+            ck_assert_msg(err <= bound,
+                          "%s %s n=%d k=%d m=%d rows [%d,%d): y[%d][%d] = %.9g, want %.9g "
+                          "(err %.3g > bound %.3g)",
+                          t->name, exact ? "bf16_gemm_f32" : "bf16_gemm", n, k, m, n0, n1, tk, j,
+                          got, ref, err, bound);
+            if (err / bound > *worst) *worst = err / bound;
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+}
+
+static void gemm_all_tables(int exact) {
+    const int nk = (int)(sizeof gemm_k / sizeof *gemm_k), nm = (int)(sizeof gemm_m / sizeof *gemm_m);
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0x1234567ull + (uint64_t)l;
+        /* Every k with a small ragged n, then random (n, k, m) mixes. */
+        for (int ik = 0; ik < nk; ik++) gemm_case(t, exact, 7, gemm_k[ik], gemm_m[ik % nm], &worst);
+        const int ncases = fast_mode() ? 12 : 40;
+        for (int c = 0; c < ncases; c++) {
+            const int n = rnd_range(1, 70);
+            const int k = gemm_k[rnd_range(0, nk - 1)] + (c % 3 == 0 ? rnd_range(0, 5) : 0);
+            const int m = gemm_m[rnd_range(0, nm - 1)];
+            gemm_case(t, exact, n, k, m, &worst);
+        }
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, exact ? "bf16_gemm_f32" : "bf16_gemm",
+               worst);
+    }
+}
+
+START_TEST(test_bf16_gemm) { gemm_all_tables(0); }
+END_TEST
+
+START_TEST(test_bf16_gemm_f32) { gemm_all_tables(1); }
+END_TEST
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+/* q [nq][ldq], K/V rows of kv_stride; checks out [nq][ldo] (and the padding stays NaN). */
+static void attn_case(const epyq_kern_table *t, int multi, int nq, int hd, int n_ctx,
+                      double *worst) {
+    const int kv_stride = hd + 5, ldq = hd + 2, ldo = hd + 3;
+    const float scale = (float)(1.0 / sqrt((double)hd)) * 2.0f; /* sharpen the softmax */
+    const size_t kv_rows = (size_t)(n_ctx > 0 ? n_ctx : 1);
+    uint16_t *k = rnd_bf16(kv_rows * (size_t)kv_stride);
+    uint16_t *v = rnd_bf16(kv_rows * (size_t)kv_stride);
+    float *q = rnd_floats((size_t)nq * (size_t)ldq);
+    for (size_t i = 0; i < (size_t)nq * (size_t)ldq; i++) q[i] *= 3.0f;
+    float *out = nan_floats((size_t)nq * (size_t)ldo);
+    if (multi)
+        t->attn_bf16_multi(q, nq, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo);
+    else
+        for (int h = 0; h < nq; h++)
+            t->attn_bf16(q + (size_t)h * (size_t)ldq, k, v, n_ctx, hd, kv_stride, scale,
+                         out + (size_t)h * (size_t)ldo);
+    double *sc = malloc(kv_rows * sizeof *sc);
+    ck_assert_ptr_nonnull(sc);
+    for (int h = 0; h < nq; h++) {
+        const float *qh = q + (size_t)h * (size_t)ldq;
+        double mx = -INFINITY, eps = 0.0, vmax = 0.0;
+        for (int s = 0; s < n_ctx; s++) {
+            double dot = 0.0, mag = 0.0;
+            for (int d = 0; d < hd; d++) {
+                const double p = qh[d] * bf16_val(k[(size_t)s * (size_t)kv_stride + (size_t)d]);
+                dot += p;
+                mag += fabs(p);
+                const double vv = fabs(bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]));
+                if (vv > vmax) vmax = vv;
+            }
+            sc[s] = dot * scale;
+            if (sc[s] > mx) mx = sc[s];
+            const double e = (hd + 2) * U32 * scale * mag;
+            if (e > eps) eps = e;
+        }
+        double z = 0.0;
+        for (int s = 0; s < n_ctx; s++) z += exp(sc[s] - mx);
+        const double bound = 2.0 * (2.0 * eps + (n_ctx + hd + 16) * U32) * vmax + 1e-30;
+        for (int d = 0; d < ldo; d++) {
+            const float got = out[(size_t)h * (size_t)ldo + (size_t)d];
+            if (d >= hd) {
+                ck_assert_msg(isnan(got), "%s attn: wrote past hd at head %d col %d", t->name, h, d);
+                continue;
+            }
+            double ref = 0.0;
+            for (int s = 0; s < n_ctx; s++)
+                ref += exp(sc[s] - mx) / z * bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]);
+            const double err = fabs((double)got - ref);
+            ck_assert_msg(err <= bound,
+                          "%s %s nq=%d hd=%d n_ctx=%d: out[%d][%d] = %.9g, want %.9g (err %.3g > %.3g)",
+                          t->name, multi ? "attn_bf16_multi" : "attn_bf16", nq, hd, n_ctx, h, d,
+                          got, ref, err, bound);
+            if (err / bound > *worst) *worst = err / bound;
+        }
+    }
+    free(sc);
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+}
+
+static void attn_all_tables(int multi) {
+    static const int hds[] = {8, 16, 40, 64, 128, 256};
+    static const int ctxs[] = {0, 1, 2, 7, 8, 15, 16, 17, 33, 100, 300};
+    const int nctx = fast_mode() ? 8 : (int)(sizeof ctxs / sizeof *ctxs);
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0xabcdefull + (uint64_t)l;
+        for (size_t ih = 0; ih < sizeof hds / sizeof *hds; ih++)
+            for (int ic = 0; ic < nctx; ic++) {
+                const int nq = multi ? 1 + (int)((ih + (size_t)ic) % 11) : 2; /* 1..11 heads */
+                attn_case(t, multi, nq, hds[ih], ctxs[ic], &worst);
+            }
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, multi ? "attn_multi" : "attn",
+               worst);
+    }
+}
+
+START_TEST(test_attn) { attn_all_tables(0); }
+END_TEST
+
+START_TEST(test_attn_multi) { attn_all_tables(1); }
+END_TEST
+
+/* A softmax that is one-hot (one score far above the rest) must return that V row: the
+ * online rescaling may not leak the earlier, smaller blocks' weights. */
+START_TEST(test_attn_peaked) {
+    const int hd = 64, n_ctx = 40;
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        uint16_t *k = calloc((size_t)n_ctx * hd, sizeof *k), *v = rnd_bf16((size_t)n_ctx * hd);
+        float q[64], out[64];
+        ck_assert_ptr_nonnull(k);
+        for (int d = 0; d < hd; d++) q[d] = 1.0f;
+        for (int d = 0; d < hd; d++) k[33 * hd + d] = bf16_bits(1.0); /* score 64*scale */
+        t->attn_bf16(q, k, v, n_ctx, hd, hd, 4.0f, out);
+        for (int d = 0; d < hd; d++)
+            ck_assert_msg(fabs(out[d] - bf16_val(v[33 * hd + d])) <= 1e-6, "%s: col %d %g vs %g",
+                          t->name, d, out[d], bf16_val(v[33 * hd + d]));
+        free(k);
+        free(v);
+    }
+}
+END_TEST
+
+/* ---- Gated DeltaNet step ------------------------------------------------------------------ */
+
+static void l2norm(float *x, int n, float post) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += (double)x[i] * x[i];
+    const float inv = (float)(1.0 / sqrt(s + 1e-6)) * post;
+    for (int i = 0; i < n; i++) x[i] *= inv;
+}
+
+static void gdn_case(const epyq_kern_table *t, int dk, int dv, double *worst) {
+    const size_t ns = (size_t)dk * (size_t)dv;
+    float *S = rnd_floats(ns), *k = rnd_floats((size_t)dk), *q = rnd_floats((size_t)dk);
+    float *v = rnd_floats((size_t)dv), *o = nan_floats((size_t)dv + 4);
+    l2norm(k, dk, 1.0f);
+    l2norm(q, dk, (float)(1.0 / sqrt((double)dk)));
+    const float alpha = 0.5f + 0.5f * fabsf(rnd_f()), beta = fabsf(rnd_f());
+    double *S0 = malloc(ns * sizeof *S0), *Sn = malloc(ns * sizeof *Sn);
+    ck_assert(S0 && Sn);
+    for (size_t e = 0; e < ns; e++) S0[e] = S[e];
+    t->gdn_step(S, k, v, q, alpha, beta, dk, dv, o);
+    double kq = 0.0;
+    for (int i = 0; i < dk; i++) kq += fabs((double)k[i] * q[i]);
+    for (int j = 0; j < dv; j++) {
+        double m = 0.0, sk = 0.0, sq0 = 0.0;
+        for (int i = 0; i < dk; i++) {
+            m += alpha * S0[(size_t)i * dv + j] * k[i];
+            sk += fabs(S0[(size_t)i * dv + j] * k[i]);
+            sq0 += fabs(S0[(size_t)i * dv + j] * q[i]);
+        }
+        const double delta = beta * ((double)v[j] - m);
+        double oj = 0.0, sq = 0.0;
+        for (int i = 0; i < dk; i++) {
+            const size_t e = (size_t)i * dv + j;
+            Sn[e] = alpha * S0[e] + k[i] * delta;
+            oj += Sn[e] * q[i];
+            sq += fabs(Sn[e] * q[i]);
+        }
+        const double bound =
+            4.0 * (dk + 4) * U32 * (sk * (1.0 + kq) + sq + sq0 + fabs(delta) * kq + fabs(v[j]));
+        const double err = fabs(o[j] - oj);
+        ck_assert_msg(err <= bound, "%s gdn dk=%d dv=%d: o[%d] = %.9g, want %.9g (err %.3g > %.3g)",
+                      t->name, dk, dv, j, o[j], oj, err, bound);
+        if (err / bound > *worst) *worst = err / bound;
+        for (int i = 0; i < dk; i++) {
+            const size_t e = (size_t)i * dv + j;
+            const double sb = 4.0 * U32 * (fabs(S0[e]) + fabs(k[i]) * (fabs(delta) + beta * (dk + 2) * sk));
+            ck_assert_msg(fabs(S[e] - Sn[e]) <= sb + 1e-30, "%s gdn dk=%d dv=%d: S[%d][%d] = %.9g, want %.9g",
+                          t->name, dk, dv, i, j, S[e], Sn[e]);
+        }
+    }
+    for (int j = dv; j < dv + 4; j++) ck_assert_msg(isnan(o[j]), "%s gdn: wrote o[%d] past dv", t->name, j);
+    free(S0);
+    free(Sn);
+    free(S);
+    free(k);
+    free(q);
+    free(v);
+    free(o);
+}
+
+START_TEST(test_gdn_step) {
+    static const int shapes[][2] = {{128, 128}, {16, 16}, {8, 24}, {33, 40}, {64, 144}, {5, 7}, {128, 136}};
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0x5151ull + (uint64_t)l;
+        for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++)
+            for (int rep = 0; rep < 3; rep++) gdn_case(t, shapes[c][0], shapes[c][1], &worst);
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, "gdn_step", worst);
+    }
+}
+END_TEST
+
+/* ---- stream read --------------------------------------------------------------------------- */
+
+START_TEST(test_stream_read) {
+    static const size_t ns[] = {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4097, 100003};
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        rng_state = 0x77ull + (uint64_t)l;
+        for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+            float *b = rnd_floats(ns[c] + 1);
+            double ref = 0.0, mag = 0.0;
+            for (size_t i = 0; i < ns[c]; i++) {
+                ref += b[i];
+                mag += fabs(b[i]);
+            }
+            b[ns[c]] = 1e30f; /* one past the end: must not be read */
+            const double got = t->stream_read(b, ns[c]);
+            ck_assert_msg(fabs(got - ref) <= (ns[c] + 2) * U32 * mag, "%s stream_read n=%zu: %.9g vs %.9g",
+                          t->name, ns[c], got, ref);
+            free(b);
+        }
+    }
+}
+END_TEST
+
+/* ---- dispatch -------------------------------------------------------------------------------- */
+
+static const char *const level_names[] = {"ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16"};
+
+START_TEST(test_isa_parse) {
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        ck_assert_int_eq(epyq_isa_parse(level_names[l]), l);
+        ck_assert_str_eq(epyq_isa_name((epyq_isa)l), level_names[l]);
+    }
+    static const char *const bad[] = {"", "AVX2", "avx512bf16", "avx-512", "sse4", "avx2 ", "avx512_"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) ck_assert_int_eq(epyq_isa_parse(bad[i]), -1);
+    ck_assert_int_eq(epyq_isa_parse(NULL), -1);
+    ck_assert_str_eq(epyq_isa_name(EPYQ_ISA_COUNT), "unknown");
+}
+END_TEST
+
+START_TEST(test_select_caps) {
+    for (int h = 0; h < EPYQ_ISA_COUNT; h++) {
+        if ((epyq_isa)h > epyq_cpu_isa()) continue; /* tables above the host are not handed out */
+        const epyq_kern_table *t = NULL;
+        epyq_err err;
+        ck_assert_int_eq(epyq_kern_select((epyq_isa)h, NULL, &t, &err), EPYQ_OK);
+        ck_assert_int_eq(t->isa, h);
+        ck_assert_int_eq(epyq_kern_select((epyq_isa)h, "", &t, &err), EPYQ_OK);
+        ck_assert_int_eq(t->isa, h);
+        for (int c = 0; c < EPYQ_ISA_COUNT; c++) {
+            ck_assert_int_eq(epyq_kern_select((epyq_isa)h, level_names[c], &t, &err), EPYQ_OK);
+            ck_assert_int_eq(t->isa, c < h ? c : h); /* a cap never raises the level */
+            ck_assert_str_eq(t->name, level_names[t->isa]);
+        }
+        ck_assert_int_eq(epyq_kern_select((epyq_isa)h, "avx9000", &t, &err), EPYQ_E_ARG);
+        ck_assert_ptr_null(t);
+        ck_assert_msg(strstr(err.msg, "EPYQ_MAX_ISA=avx9000") != NULL, "message: %s", err.msg);
+    }
+}
+END_TEST
+
+/* Every level's table is complete (fallback filled every dense slot), levels the host lacks
+ * are refused, and a level without its own kernel serves the level below's. */
+START_TEST(test_tables) {
+    const epyq_isa host = epyq_cpu_isa();
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if ((epyq_isa)l > host) {
+            ck_assert_ptr_null(t);
+            continue;
+        }
+        ck_assert_ptr_nonnull(t);
+        ck_assert_int_eq(t->isa, l);
+        ck_assert_ptr_nonnull(t->bf16_gemm);
+        ck_assert_ptr_nonnull(t->bf16_gemm_f32);
+        ck_assert_ptr_nonnull(t->attn_bf16);
+        ck_assert_ptr_nonnull(t->attn_bf16_multi);
+        ck_assert_ptr_nonnull(t->gdn_step);
+        ck_assert_ptr_nonnull(t->stream_read);
+    }
+    if (host >= EPYQ_ISA_AVX512_VNNI) /* vnni adds no dense kernel of its own */
+        ck_assert(epyq_kern_for_isa(EPYQ_ISA_AVX512_VNNI)->gdn_step ==
+                  epyq_kern_for_isa(EPYQ_ISA_AVX512)->gdn_step);
+    ck_assert_ptr_null(epyq_kern_for_isa(EPYQ_ISA_COUNT));
+}
+END_TEST
+
+/* The process table honours EPYQ_MAX_ISA: run epyq_kern() in a fresh child per value
+ * (the choice is made once per process). Exit code = chosen level, 100 + level when
+ * epyq_kern_init() refused the value. */
+static int child_level(const char *cap) {
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (cap)
+            setenv("EPYQ_MAX_ISA", cap, 1);
+        else
+            unsetenv("EPYQ_MAX_ISA");
+        epyq_err err;
+        const epyq_status st = epyq_kern_init(&err);
+        const epyq_kern_table *t = epyq_kern();
+        _exit((st == EPYQ_OK ? 0 : 100) + (int)t->isa);
+    }
+    int ws = 0;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert(WIFEXITED(ws));
+    return WEXITSTATUS(ws);
+}
+
+START_TEST(test_env_cap) {
+    const int host = (int)epyq_cpu_isa();
+    ck_assert_int_eq(child_level(NULL), host);
+    for (int c = 0; c < EPYQ_ISA_COUNT; c++) ck_assert_int_eq(child_level(level_names[c]), c < host ? c : host);
+    ck_assert_int_eq(child_level("bogus"), 100 + EPYQ_ISA_REF); /* refused, ref kernels */
+}
+END_TEST
+
+static Suite *dense_suite(void) {
+    Suite *s = suite_create("kern_dense");
+    TCase *tc = tcase_create("dispatch");
+    tcase_add_test(tc, test_isa_parse);
+    tcase_add_test(tc, test_select_caps);
+    tcase_add_test(tc, test_tables);
+    tcase_add_test(tc, test_env_cap);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("kernels");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_bf16_gemm);
+    tcase_add_test(tc, test_bf16_gemm_f32);
+    tcase_add_test(tc, test_attn);
+    tcase_add_test(tc, test_attn_multi);
+    tcase_add_test(tc, test_attn_peaked);
+    tcase_add_test(tc, test_gdn_step);
+    tcase_add_test(tc, test_stream_read);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(dense_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
