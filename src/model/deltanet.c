@@ -1,0 +1,266 @@
+/* src/model/deltanet.c — Gated DeltaNet over a batch (model.md §5.6).
+ *
+ * Projections run over the whole batch; the causal conv and the delta rule run per sequence
+ * in token order. The delta rule has two forms that compute the same thing: the recurrent one
+ * (one gdn_step kernel call per token and value head — decode) and the chunked one (chunks of
+ * 64 tokens, a triangular solve per chunk — prefill), chosen per sequence by how many tokens
+ * it has in the batch (epyq_model_opts.gdn_chunk_min). The state stays fp32 either way. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+
+#define GDN_CHUNK 64
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float siluf_(float x) { return x * sigmoidf_(x); }
+/* torch softplus: x itself above 20 */
+static float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void l2norm_scale(float *v, int32_t n, float scale) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    float inv = (float)(scale / sqrt(ss + 1e-6));
+    for (int32_t i = 0; i < n; i++) v[i] *= inv;
+}
+
+/* One chunk of c <= GDN_CHUNK tokens of one head (the WY form of model.md §5.6). Rows of q/k
+ * (stride ld_qk), v (ld_v), o (ld_o); g = log decay per token, beta per token. */
+static void chunk_one(float *S, const float *q, const float *k, const float *v, const float *g,
+                      const float *beta, int32_t c, int32_t ld_qk, int32_t ld_v, int32_t dk,
+                      int32_t dv, float *o, int32_t ld_o, double *gam, float *A, float *U,
+                      float *W) {
+    double acc = 0.0;
+    for (int32_t t = 0; t < c; t++) gam[t] = (acc += g[t]);
+    /* A[t][s] = beta_t (k_t . k_s) e^(gam_t - gam_s), strictly lower triangular */
+    for (int32_t t = 0; t < c; t++)
+        for (int32_t s = 0; s < t; s++) {
+            const float *kt = k + (size_t)t * ld_qk, *ks = k + (size_t)s * ld_qk;
+            float d = 0.0f;
+            for (int32_t i = 0; i < dk; i++) d += kt[i] * ks[i];
+            A[t * GDN_CHUNK + s] = beta[t] * d * (float)exp(gam[t] - gam[s]);
+        }
+    /* (I + A) U = beta V, (I + A) W = beta e^gam K: forward substitution row by row */
+    for (int32_t t = 0; t < c; t++) {
+        float *ut = U + (size_t)t * dv, *wt = W + (size_t)t * dk;
+        const float *vt = v + (size_t)t * ld_v, *kt = k + (size_t)t * ld_qk;
+        float bw = beta[t] * (float)exp(gam[t]);
+        for (int32_t j = 0; j < dv; j++) ut[j] = beta[t] * vt[j];
+        for (int32_t i = 0; i < dk; i++) wt[i] = bw * kt[i];
+        for (int32_t s = 0; s < t; s++) {
+            float a = A[t * GDN_CHUNK + s];
+            const float *us = U + (size_t)s * dv, *ws = W + (size_t)s * dk;
+            for (int32_t j = 0; j < dv; j++) ut[j] -= a * us[j];
+            for (int32_t i = 0; i < dk; i++) wt[i] -= a * ws[i];
+        }
+    }
+    /* V_new = U - W S0 (kept in U) */
+    for (int32_t t = 0; t < c; t++) {
+        float *ut = U + (size_t)t * dv;
+        const float *wt = W + (size_t)t * dk;
+        for (int32_t i = 0; i < dk; i++) {
+            const float *Si = S + (size_t)i * dv;
+            for (int32_t j = 0; j < dv; j++) ut[j] -= wt[i] * Si[j];
+        }
+    }
+    /* O_t = e^gam_t q_t^T S0 + sum_{s<=t} (q_t . k_s) e^(gam_t - gam_s) V_new_s */
+    for (int32_t t = 0; t < c; t++) {
+        const float *qt = q + (size_t)t * ld_qk;
+        float *ot = o + (size_t)t * ld_o;
+        float et = (float)exp(gam[t]);
+        for (int32_t j = 0; j < dv; j++) ot[j] = 0.0f;
+        for (int32_t i = 0; i < dk; i++) {
+            const float *Si = S + (size_t)i * dv;
+            float qi = qt[i] * et;
+            for (int32_t j = 0; j < dv; j++) ot[j] += qi * Si[j];
+        }
+        for (int32_t s = 0; s <= t; s++) {
+            const float *ks = k + (size_t)s * ld_qk, *us = U + (size_t)s * dv;
+            float d = 0.0f;
+            for (int32_t i = 0; i < dk; i++) d += qt[i] * ks[i];
+            d *= (float)exp(gam[t] - gam[s]);
+            for (int32_t j = 0; j < dv; j++) ot[j] += d * us[j];
+        }
+    }
+    /* S1 = e^gam_C S0 + sum_s e^(gam_C - gam_s) k_s V_new_s^T */
+    float eC = (float)exp(gam[c - 1]);
+    for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= eC;
+    for (int32_t s = 0; s < c; s++) {
+        const float *ks = k + (size_t)s * ld_qk, *us = U + (size_t)s * dv;
+        float f = (float)exp(gam[c - 1] - gam[s]);
+        for (int32_t i = 0; i < dk; i++) {
+            float ki = f * ks[i];
+            float *Si = S + (size_t)i * dv;
+            for (int32_t j = 0; j < dv; j++) Si[j] += ki * us[j];
+        }
+    }
+}
+
+void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
+                         const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
+                         int32_t dv, float *o, int32_t ld_o) {
+    double gam[GDN_CHUNK];
+    float *A = malloc((size_t)GDN_CHUNK * GDN_CHUNK * sizeof(float));
+    float *U = malloc((size_t)GDN_CHUNK * dv * sizeof(float));
+    float *W = malloc((size_t)GDN_CHUNK * dk * sizeof(float));
+    if (!A || !U || !W) {
+        /* no memory for the chunk buffers: the recurrent form needs none and is exact too */
+        for (int32_t t = 0; t < n; t++) {
+            const float *qt = q + (size_t)t * ld_qk, *kt = k + (size_t)t * ld_qk;
+            float *ot = o + (size_t)t * ld_o;
+            float alpha = expf(g[t]);
+            for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= alpha;
+            for (int32_t j = 0; j < dv; j++) {
+                float mj = 0.0f;
+                for (int32_t i = 0; i < dk; i++) mj += S[(size_t)i * dv + j] * kt[i];
+                float d = beta[t] * (v[(size_t)t * ld_v + j] - mj);
+                for (int32_t i = 0; i < dk; i++) S[(size_t)i * dv + j] += kt[i] * d;
+            }
+            for (int32_t j = 0; j < dv; j++) {
+                float s = 0.0f;
+                for (int32_t i = 0; i < dk; i++) s += S[(size_t)i * dv + j] * qt[i];
+                ot[j] = s;
+            }
+        }
+    } else {
+        for (int32_t t0 = 0; t0 < n; t0 += GDN_CHUNK) {
+            int32_t c = n - t0 < GDN_CHUNK ? n - t0 : GDN_CHUNK;
+            chunk_one(S, q + (size_t)t0 * ld_qk, k + (size_t)t0 * ld_qk, v + (size_t)t0 * ld_v, g + t0,
+                      beta + t0, c, ld_qk, ld_v, dk, dv, o + (size_t)t0 * ld_o, ld_o, gam, A, U, W);
+        }
+    }
+    free(A), free(U), free(W);
+}
+
+typedef struct {
+    const epyq_model *m;
+    const epyq_layer_rw *ly;
+    const epyq_batch_plan *p;
+    float *u;            /* [T][conv_dim] conv output: q | k | v, q/k normalised */
+    const float *g;      /* [T][Hv] log decay */
+    const float *beta;   /* [T][Hv] */
+    float *o;            /* [T][Hv*Dv] */
+    bool *chunked;       /* [n_groups] */
+} gdn_job;
+
+/* One (sequence, value head): the delta rule over that sequence's tokens in order. */
+static void gdn_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const gdn_job *j = ctx;
+    const epyq_model *m = j->m;
+    const epyq_batch_plan *p = j->p;
+    int32_t grp = task / m->Hv, vh = task % m->Hv, kh = vh / (m->Hv / m->Hk);
+    int32_t key_dim = m->Hk * m->Dk, cd = m->conv_dim, Hv = m->Hv;
+    const int32_t *toks = p->grp_tok + p->grp_off[grp];
+    int32_t n = p->grp_off[grp + 1] - p->grp_off[grp];
+    epyq_seq *s = p->seq[toks[0]];
+    float *S = s->S + ((size_t)j->ly->slot * Hv + vh) * m->Dk * m->Dv;
+    if (j->chunked[grp]) {
+        /* gather this head's rows (tokens of one sequence need not be adjacent in the batch) */
+        size_t rows = (size_t)n;
+        float *buf = calloc(rows * (2 * (size_t)m->Dk + 2 * (size_t)m->Dv + 2), sizeof(float));
+        if (buf) {
+            float *q = buf, *k = q + rows * m->Dk, *v = k + rows * m->Dk, *o = v + rows * m->Dv;
+            float *g = o + rows * m->Dv, *b = g + rows;
+            for (int32_t i = 0; i < n; i++) {
+                const float *ut = j->u + (size_t)toks[i] * cd;
+                memcpy(q + (size_t)i * m->Dk, ut + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
+                memcpy(k + (size_t)i * m->Dk, ut + key_dim + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
+                memcpy(v + (size_t)i * m->Dv, ut + 2 * key_dim + (size_t)vh * m->Dv, (size_t)m->Dv * sizeof(float));
+                g[i] = j->g[(size_t)toks[i] * Hv + vh];
+                b[i] = j->beta[(size_t)toks[i] * Hv + vh];
+            }
+            epyq_gdn_chunk_head(S, q, k, v, g, b, n, m->Dk, m->Dv, m->Dk, m->Dv, o, m->Dv);
+            for (int32_t i = 0; i < n; i++)
+                memcpy(j->o + (size_t)toks[i] * Hv * m->Dv + (size_t)vh * m->Dv, o + (size_t)i * m->Dv,
+                       (size_t)m->Dv * sizeof(float));
+            free(buf);
+            return;
+        }
+        /* out of memory for the gather: fall through to the recurrent form (same result) */
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = toks[i];
+        const float *ut = j->u + (size_t)t * cd;
+        m->kt->gdn_step(S, ut + key_dim + (size_t)kh * m->Dk, ut + 2 * key_dim + (size_t)vh * m->Dv,
+                        ut + (size_t)kh * m->Dk, expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh],
+                        m->Dk, m->Dv, j->o + (size_t)t * Hv * m->Dv + (size_t)vh * m->Dv);
+    }
+}
+
+/* Causal depthwise conv + SiLU for one sequence's tokens, in order; the state keeps raw inputs. */
+static void conv_group(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
+                       int32_t n, float *u) {
+    int32_t cd = m->conv_dim, Kc = m->Kc;
+    for (int32_t i = 0; i < n; i++) {
+        float *ut = u + (size_t)toks[i] * cd;
+        for (int32_t c = 0; c < cd; c++) {
+            const float *w = g->conv + (size_t)c * Kc;
+            float raw = ut[c], s = w[Kc - 1] * raw;
+            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * state[(size_t)r * cd + c];
+            for (int32_t r = 0; r + 1 < Kc - 1; r++) state[(size_t)r * cd + c] = state[(size_t)(r + 1) * cd + c];
+            if (Kc > 1) state[(size_t)(Kc - 2) * cd + c] = raw;
+            ut[c] = siluf_(s);
+        }
+    }
+}
+
+epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
+                           const float *x, float *out, epyq_err *err) {
+    const epyq_gdn_rw *gw = &ly->g;
+    int32_t T = p->T, cd = m->conv_dim, Hv = m->Hv, Dv = m->Dv, vd = Hv * Dv, key_dim = m->Hk * m->Dk;
+    float *u = epyq_model_alloc((size_t)T * cd, sizeof(float));
+    float *z = epyq_model_alloc((size_t)T * vd, sizeof(float));
+    float *o = epyq_model_alloc((size_t)T * vd, sizeof(float));
+    float *ba = epyq_model_alloc((size_t)T * 2 * Hv, sizeof(float)); /* b | a per token */
+    float *gl = epyq_model_alloc((size_t)T * Hv, sizeof(float)), *beta = epyq_model_alloc((size_t)T * Hv, sizeof(float));
+    bool *chunked = calloc((size_t)p->n_groups + 1, sizeof(bool));
+    epyq_act act = {0}, oact = {0};
+    void *abuf = NULL, *obuf = NULL;
+    epyq_status st = u && z && o && ba && gl && beta && chunked
+                         ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory");
+    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->H, &act, &abuf, err);
+    if (st == EPYQ_OK) {
+        epyq_rlin_run(m, &gw->qkv, &act, u, cd);
+        epyq_rlin_run(m, &gw->z, &act, z, vd);
+        epyq_rlin_run(m, &gw->b, &act, ba, 2 * Hv);
+        epyq_rlin_run(m, &gw->a, &act, ba + Hv, 2 * Hv);
+        for (int32_t grp = 0; grp < p->n_groups; grp++) {
+            const int32_t *toks = p->grp_tok + p->grp_off[grp];
+            int32_t n = p->grp_off[grp + 1] - p->grp_off[grp];
+            float *state = p->seq[toks[0]]->conv + (size_t)ly->slot * (m->Kc - 1) * cd;
+            conv_group(m, gw, state, toks, n, u);
+            chunked[grp] = m->gdn_chunk_min > 0 && n >= m->gdn_chunk_min;
+        }
+        float qscale = 1.0f / sqrtf((float)m->Dk);
+        for (int32_t t = 0; t < T; t++) {
+            float *ut = u + (size_t)t * cd;
+            for (int32_t h = 0; h < m->Hk; h++) {
+                l2norm_scale(ut + (size_t)h * m->Dk, m->Dk, qscale);
+                l2norm_scale(ut + key_dim + (size_t)h * m->Dk, m->Dk, 1.0f);
+            }
+            for (int32_t h = 0; h < Hv; h++) {
+                beta[(size_t)t * Hv + h] = sigmoidf_(ba[(size_t)t * 2 * Hv + h]);
+                gl[(size_t)t * Hv + h] =
+                    gw->neg_exp_A[h] * softplusf_(ba[(size_t)t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
+            }
+        }
+        gdn_job j = {m, ly, p, u, gl, beta, o, chunked};
+        epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+        /* plain gated RMSNorm per value head: n(o) * w * silu(z) */
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t h = 0; h < Hv; h++) {
+                float *oh = o + (size_t)t * vd + (size_t)h * Dv;
+                const float *zh = z + (size_t)t * vd + (size_t)h * Dv;
+                double ss = 0.0;
+                for (int32_t i = 0; i < Dv; i++) ss += (double)oh[i] * oh[i];
+                float inv = (float)(1.0 / sqrt(ss / Dv + m->eps));
+                for (int32_t i = 0; i < Dv; i++) oh[i] = oh[i] * inv * gw->norm[i] * siluf_(zh[i]);
+            }
+        st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
+    }
+    if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->H);
+    free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);
+    return st;
+}

@@ -1,0 +1,144 @@
+/* src/model/forward.c — the trunk over a batch (model.md §5.1, §5.3): embedding, decoder
+ * layers with an fp32 residual stream, final norm, lm_head. The blocks live in attn.c,
+ * deltanet.c and moe.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model_impl.h"
+#include "model/tensor_f32.h"
+
+void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps,
+                          float *y) {
+    for (int32_t t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * n;
+        float *yr = y + (size_t)t * n;
+        double ss = 0.0; /* double: the sum over 2048 squares is the one long reduction here */
+        for (int32_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / n + eps));
+        for (int32_t i = 0; i < n; i++) yr[i] = xr[i] * inv * (1.0f + w[i]);
+    }
+}
+
+epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
+                               float *x, epyq_err *err) {
+    size_t n = (size_t)p->T * m->H;
+    float *xn = epyq_model_alloc(n, sizeof(float)), *blk = epyq_model_alloc(n, sizeof(float));
+    epyq_status st = xn && blk ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "layer: out of memory");
+    if (st == EPYQ_OK) {
+        epyq_rmsnorm_zc_rows(x, ly->in_norm, p->T, m->H, m->eps, xn);
+        st = ly->full ? epyq_attn_block(m, ly, p, xn, blk, err) : epyq_gdn_block(m, ly, p, xn, blk, err);
+    }
+    if (st == EPYQ_OK) {
+        for (size_t i = 0; i < n; i++) x[i] += blk[i];
+        epyq_rmsnorm_zc_rows(x, ly->post_norm, p->T, m->H, m->eps, xn);
+        st = epyq_moe_block(m, &ly->m, p->T, xn, blk, err);
+    }
+    if (st == EPYQ_OK)
+        for (size_t i = 0; i < n; i++) x[i] += blk[i];
+    free(xn), free(blk);
+    return st;
+}
+
+epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits,
+                             epyq_err *err) {
+    if (rows <= 0) return EPYQ_OK;
+    epyq_act a;
+    void *buf;
+    epyq_status st = epyq_rlin_act(m, x, rows, m->H, &a, &buf, err);
+    if (st == EPYQ_OK) epyq_rlin_run(m, &m->lm_head, &a, logits, m->V);
+    free(buf);
+    return st;
+}
+
+static void plan_free(epyq_batch_plan *p) {
+    free(p->seq), free(p->pos), free(p->grp_off), free(p->grp_tok);
+}
+
+/* Positions, per-sequence groups and the context check, before any state changes. */
+static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan *p, epyq_err *err) {
+    memset(p, 0, sizeof *p);
+    int32_t T = b->n;
+    p->T = T;
+    p->seq = calloc((size_t)T, sizeof *p->seq);
+    p->pos = calloc((size_t)T, sizeof *p->pos);
+    p->grp_off = calloc((size_t)T + 1, sizeof *p->grp_off);
+    p->grp_tok = calloc((size_t)T, sizeof *p->grp_tok);
+    int32_t *grp_of = calloc((size_t)T, sizeof *grp_of), *cnt = calloc((size_t)T + 1, sizeof *cnt);
+    epyq_seq **gseq = calloc((size_t)T, sizeof *gseq); /* [n_groups] the group's sequence */
+    epyq_status st = EPYQ_OK;
+    if (!p->seq || !p->pos || !p->grp_off || !p->grp_tok || !grp_of || !cnt || !gseq)
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "batch of %d tokens: out of memory", T);
+    for (int32_t t = 0; st == EPYQ_OK && t < T; t++) {
+        epyq_seq *s = b->seq[t];
+        if (!s || s->m != m)
+            st = epyq_err_set(err, EPYQ_E_ARG, "batch token %d: sequence of another model", t);
+        else if (b->tok[t] < 0 || b->tok[t] >= m->V)
+            st = epyq_err_set(err, EPYQ_E_ARG, "batch token %d: id %d outside the vocabulary [0, %d)", t,
+                              b->tok[t], m->V);
+        if (st != EPYQ_OK) break;
+        /* linear search: the number of distinct sequences in a batch is small */
+        int32_t g = 0;
+        while (g < p->n_groups && gseq[g] != s) g++;
+        if (g == p->n_groups) gseq[p->n_groups++] = s;
+        grp_of[t] = g;
+        p->seq[t] = s;
+        p->pos[t] = s->pos + cnt[g]++;
+    }
+    for (int32_t g = 0; st == EPYQ_OK && g < p->n_groups; g++)
+        if ((int64_t)gseq[g]->pos + cnt[g] > gseq[g]->n_ctx)
+            st = epyq_err_set(err, EPYQ_E_CTX_FULL,
+                              "a sequence at position %d given %d more tokens needs %lld positions;"
+                              " its context is %d", gseq[g]->pos, cnt[g],
+                              (long long)gseq[g]->pos + cnt[g], gseq[g]->n_ctx);
+    if (st == EPYQ_OK) {
+        /* counting sort into groups, keeping batch order inside each sequence */
+        int32_t acc = 0;
+        for (int32_t g = 0; g < p->n_groups; g++) {
+            int32_t c = cnt[g];
+            p->grp_off[g] = acc;
+            cnt[g] = acc;
+            acc += c;
+        }
+        p->grp_off[p->n_groups] = acc;
+        for (int32_t t = 0; t < T; t++) p->grp_tok[cnt[grp_of[t]]++] = t;
+    }
+    free(gseq);
+    free(grp_of), free(cnt);
+    if (st != EPYQ_OK) plan_free(p);
+    return st;
+}
+
+epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
+                               epyq_err *err) {
+    if (b->n <= 0) return EPYQ_OK;
+    epyq_batch_plan p;
+    epyq_status st = plan_make(m, b, &p, err);
+    if (st != EPYQ_OK) return st;
+    int32_t T = b->n, H = m->H;
+    float *x = epyq_model_alloc((size_t)T * H, sizeof(float));
+    if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
+    for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
+        st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H, err);
+    for (int32_t l = 0; st == EPYQ_OK && l < m->L; l++) st = epyq_layer_forward(m, &m->layers[l], &p, x, err);
+    if (st == EPYQ_OK) {
+        epyq_rmsnorm_zc_rows(x, m->final_norm, T, H, m->eps, x);
+        if (hidden) memcpy(hidden, x, (size_t)T * H * sizeof(float));
+        /* lm_head only over the rows asked for, packed in batch order */
+        int32_t nw = 0;
+        for (int32_t t = 0; t < T; t++) {
+            if (b->want && !b->want[t]) continue;
+            if (nw != t) memmove(x + (size_t)nw * H, x + (size_t)t * H, (size_t)H * sizeof(float));
+            nw++;
+        }
+        if (logits) st = epyq_lm_head_run(m, x, nw, logits, err);
+    }
+    /* the states advanced in the blocks; positions advance once the whole batch is through */
+    if (st == EPYQ_OK)
+        for (int32_t t = 0; t < T; t++)
+            if (p.pos[t] + 1 > p.seq[t]->pos) p.seq[t]->pos = p.pos[t] + 1;
+    free(x);
+    plan_free(&p);
+    return st;
+}

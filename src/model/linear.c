@@ -1,0 +1,137 @@
+/* src/model/linear.c — Linears in runtime form and the GEMMs over them.
+ *
+ * int4 linears are packed once for the kernels; 16/32-bit ones become bf16 [n][k] (exact for
+ * BF16 checkpoints). A GEMM is split into tasks of whole 16-row tiles over the model's pool;
+ * each task writes its own output rows, so results do not depend on the thread count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model_impl.h"
+
+void *epyq_model_alloc(size_t n, size_t size) {
+    size_t bytes;
+    if (!epyq_mul_size(n, size, &bytes) || !epyq_add_size(bytes, 63, &bytes)) return NULL;
+    bytes &= ~(size_t)63;
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes ? bytes : 64);
+    return p;
+}
+
+epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
+                          epyq_act *a, void **buf, epyq_err *err) {
+    *buf = NULL;
+    /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy */
+    memset(a, 0, sizeof *a);
+    a->m = rows, a->k = k, a->gs = m->gs, a->path = m->path, a->f32 = x;
+    if (m->gs <= 0 || k % m->gs) return EPYQ_OK;
+    *buf = epyq_model_alloc(epyq_act_bytes(rows, k, m->gs, m->path), 1);
+    if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);
+    m->kt->act_prep(a, x, rows, k, m->gs, m->path, *buf);
+    return EPYQ_OK;
+}
+
+void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1,
+                    const epyq_act *a, float *y, int32_t ldy) {
+    if (n1 <= n0) return;
+    if (l->q4) m->kt->w4_gemm(&l->w4, n0, n1, a, y, ldy);
+    else if (l->exact) m->kt->bf16_gemm_f32(l->bf16, l->k, n0, n1, a, y, ldy);
+    else m->kt->bf16_gemm(l->bf16, l->k, n0, n1, a, y, ldy);
+}
+
+typedef struct {
+    const epyq_model *m;
+    const epyq_rlin *l;
+    const epyq_act *a;
+    float *y;
+    int32_t ldy, chunk;
+} gemm_job;
+
+static void gemm_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const gemm_job *j = ctx;
+    int32_t n0 = task * j->chunk, n1 = n0 + j->chunk < j->l->n ? n0 + j->chunk : j->l->n;
+    epyq_rlin_rows(j->m, j->l, n0, n1, j->a, j->y, j->ldy);
+}
+
+void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy) {
+    /* ~4 tasks per thread balance uneven cores; small matrices are not worth a hand-off */
+    int64_t work = (int64_t)l->n * l->k * a->m;
+    int32_t tasks = work < (1 << 17) || m->n_threads <= 1 ? 1 : 4 * m->n_threads;
+    int32_t chunk = (l->n + tasks - 1) / tasks;
+    chunk = (chunk + 15) / 16 * 16; /* whole tiles of the packed layout */
+    gemm_job j = {m, l, a, y, ldy, chunk};
+    int32_t n_tasks = (l->n + chunk - 1) / chunk;
+    if (n_tasks <= 1 || !m->pool) epyq_rlin_rows(m, l, 0, l->n, a, y, ldy);
+    else epyq_pool_run(m->pool, gemm_task, &j, n_tasks);
+}
+
+epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
+                           epyq_err *err) {
+    const epyq_config *c = m->c;
+    if (src->n_out < 1 || src->n_in < 1 || src->n_out > INT32_MAX || src->n_in > INT32_MAX)
+        return epyq_err_set(err, EPYQ_E_SHAPE, "%s: shape [%lld][%lld] out of range", src->module,
+                            (long long)src->n_out, (long long)src->n_in);
+    int32_t n = (int32_t)src->n_out, k = (int32_t)src->n_in;
+    dst->n = n, dst->k = k, dst->exact = exact;
+    size_t nk = (size_t)n * (size_t)k;
+    epyq_status st = EPYQ_OK;
+    if (src->kind == EPYQ_LIN_Q4) {
+        int32_t gs = src->scheme.group_size;
+        if (gs <= 0 || k % gs)
+            return epyq_err_set(err, EPYQ_E_QUANT, "%s: group size %d does not divide in_features %d",
+                                src->module, gs, k);
+        if (m->gs && m->gs != gs)
+            return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                                "%s: group size %d differs from the model's other int4 linears (%d)",
+                                src->module, gs, m->gs);
+        m->gs = gs;
+        size_t ng = nk / (size_t)gs;
+        uint8_t *q = malloc(nk), *z = malloc(ng);
+        float *s = malloc(ng * sizeof(float));
+        int32_t *perm = malloc((size_t)k * sizeof(int32_t));
+        bool has_perm = false;
+        if (!q || !z || !s || !perm) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
+        if (st == EPYQ_OK) st = epyq_linear_unpack_q4(src, c, q, s, src->scheme.sym ? NULL : z, perm,
+                                                      &has_perm, err);
+        if (st == EPYQ_OK && has_perm)
+            st = epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                              "%s: act-order (non-trivial g_idx) int4 is not supported by the runtime",
+                              src->module);
+        int asym = 0;
+        for (size_t i = 0; st == EPYQ_OK && !src->scheme.sym && i < ng; i++) asym |= z[i] != 8;
+        void *mem = NULL;
+        if (st == EPYQ_OK) {
+            mem = epyq_model_alloc(epyq_w4_pack_bytes(n, k, gs, asym), 1);
+            if (!mem) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory for packed int4", src->module);
+        }
+        if (st == EPYQ_OK) {
+            epyq_q4_canon cn = {n, k, gs, q, s, asym ? z : NULL};
+            st = epyq_w4_pack(&dst->w4, mem, &cn, err);
+            if (st != EPYQ_OK) epyq_err_prefix(err, "%s: ", src->module);
+        }
+        if (st == EPYQ_OK) dst->q4 = true;
+        else free(mem);
+        free(q), free(z), free(s), free(perm);
+        return st;
+    }
+    float *f = malloc(nk * sizeof(float));
+    dst->bf16 = epyq_model_alloc(nk, sizeof(uint16_t));
+    if (!f || !dst->bf16) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
+    if (st == EPYQ_OK) st = epyq_linear_dequant(src, c, f, err);
+    /* exact for BF16 checkpoints; F16/F32 linears are rounded to the kernels' bf16 */
+    for (size_t i = 0; st == EPYQ_OK && i < nk; i++) dst->bf16[i] = epyq_f32_to_bf16(f[i]);
+    free(f);
+    return st;
+}
+
+void epyq_rlin_free(epyq_rlin *l) {
+    if (l->q4) free(l->w4.mem);
+    free(l->bf16);
+    memset(l, 0, sizeof *l);
+}
+
+uint64_t epyq_rlin_bytes(const epyq_rlin *l) {
+    if (l->q4) return l->w4.bytes;
+    return (uint64_t)l->n * (uint64_t)l->k * 2u;
+}

@@ -1,0 +1,221 @@
+/* src/model/model.c — loading: bind the checkpoint, turn every weight into runtime form. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "model/model_impl.h"
+#include "model/tensor_f32.h"
+
+#define TRY(x)                          \
+    do {                                \
+        epyq_status st_ = (x);          \
+        if (st_ != EPYQ_OK) return st_; \
+    } while (0)
+
+static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_err *err) {
+    if (!t) return epyq_err_set(err, EPYQ_E_INTERNAL, "model: unbound vector tensor");
+    if (epyq_tensor_numel(t) != n)
+        return epyq_err_set(err, EPYQ_E_SHAPE, "%s: %zu elements where %zu were expected", t->name,
+                            epyq_tensor_numel(t), n);
+    *dst = epyq_model_alloc(n, sizeof(float));
+    if (!*dst) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", t->name);
+    return epyq_tensor_read_f32(t, 0, n, *dst, err);
+}
+
+static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer_w *lw,
+                              epyq_err *err) {
+    ly->full = lw->full_attn;
+    TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)m->H, err));
+    TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)m->H, err));
+    if (ly->full) {
+        const epyq_attn_w *a = &lw->attn;
+        TRY(epyq_rlin_load(m, &ly->at.q, &a->q_proj, false, err));
+        TRY(epyq_rlin_load(m, &ly->at.k, &a->k_proj, false, err));
+        TRY(epyq_rlin_load(m, &ly->at.v, &a->v_proj, false, err));
+        TRY(epyq_rlin_load(m, &ly->at.o, &a->o_proj, false, err));
+        TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)m->hd, err));
+        TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)m->hd, err));
+    } else {
+        const epyq_gdn_w *g = &lw->gdn;
+        TRY(epyq_rlin_load(m, &ly->g.qkv, &g->in_proj_qkv, false, err));
+        TRY(epyq_rlin_load(m, &ly->g.z, &g->in_proj_z, false, err));
+        /* b and a feed exp/softplus gates: keep their inputs fp32 when stored 16-bit */
+        TRY(epyq_rlin_load(m, &ly->g.b, &g->in_proj_b, true, err));
+        TRY(epyq_rlin_load(m, &ly->g.a, &g->in_proj_a, true, err));
+        TRY(epyq_rlin_load(m, &ly->g.out, &g->out_proj, false, err));
+        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)m->conv_dim * m->Kc, err));
+        TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)m->Hv, err));
+        TRY(load_vec(&ly->g.neg_exp_A, g->A_log, (size_t)m->Hv, err));
+        for (int32_t h = 0; h < m->Hv; h++) ly->g.neg_exp_A[h] = -expf(ly->g.neg_exp_A[h]);
+        TRY(load_vec(&ly->g.norm, g->norm, (size_t)m->Dv, err));
+    }
+    const epyq_moe_w *mw = &lw->moe;
+    TRY(epyq_rlin_load(m, &ly->m.router, &mw->router, true, err));
+    ly->m.gate = calloc((size_t)m->E, sizeof(epyq_rlin));
+    ly->m.up = calloc((size_t)m->E, sizeof(epyq_rlin));
+    ly->m.down = calloc((size_t)m->E, sizeof(epyq_rlin));
+    if (!ly->m.gate || !ly->m.up || !ly->m.down)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "experts: out of memory");
+    for (int32_t e = 0; e < m->E; e++) {
+        TRY(epyq_rlin_load(m, &ly->m.gate[e], &mw->gate[e], false, err));
+        TRY(epyq_rlin_load(m, &ly->m.up[e], &mw->up[e], false, err));
+        TRY(epyq_rlin_load(m, &ly->m.down[e], &mw->down[e], false, err));
+        /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
+        const epyq_rlin *g = &ly->m.gate[e], *u = &ly->m.up[e], *d = &ly->m.down[e];
+        if (g->q4 != u->q4 || g->q4 != d->q4 || g->n != u->n || d->k != g->n)
+            return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                                "%s: gate/up/down of expert %d mix int4 and 16-bit or disagree on the"
+                                " intermediate size", mw->gate[e].module, e);
+    }
+    TRY(epyq_rlin_load(m, &ly->m.sh_gate, &mw->sh_gate, false, err));
+    TRY(epyq_rlin_load(m, &ly->m.sh_up, &mw->sh_up, false, err));
+    TRY(epyq_rlin_load(m, &ly->m.sh_down, &mw->sh_down, false, err));
+    TRY(epyq_rlin_load(m, &ly->m.sh_expert_gate, &mw->sh_expert_gate, true, err));
+    const epyq_rlin *g = &ly->m.sh_gate, *u = &ly->m.sh_up, *d = &ly->m.sh_down;
+    if (g->q4 != u->q4 || g->q4 != d->q4)
+        return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "%s: shared expert mixes int4 and 16-bit",
+                            mw->sh_gate.module);
+    return EPYQ_OK;
+}
+
+static void layer_free(const epyq_model *m, epyq_layer_rw *ly) {
+    free(ly->in_norm), free(ly->post_norm);
+    epyq_rlin_free(&ly->at.q), epyq_rlin_free(&ly->at.k), epyq_rlin_free(&ly->at.v);
+    epyq_rlin_free(&ly->at.o);
+    free(ly->at.q_norm), free(ly->at.k_norm);
+    epyq_rlin_free(&ly->g.qkv), epyq_rlin_free(&ly->g.z), epyq_rlin_free(&ly->g.b);
+    epyq_rlin_free(&ly->g.a), epyq_rlin_free(&ly->g.out);
+    free(ly->g.conv), free(ly->g.neg_exp_A), free(ly->g.dt_bias), free(ly->g.norm);
+    epyq_rlin_free(&ly->m.router);
+    for (int32_t e = 0; e < m->E; e++) {
+        if (ly->m.gate) epyq_rlin_free(&ly->m.gate[e]);
+        if (ly->m.up) epyq_rlin_free(&ly->m.up[e]);
+        if (ly->m.down) epyq_rlin_free(&ly->m.down[e]);
+    }
+    free(ly->m.gate), free(ly->m.up), free(ly->m.down);
+    epyq_rlin_free(&ly->m.sh_gate), epyq_rlin_free(&ly->m.sh_up), epyq_rlin_free(&ly->m.sh_down);
+    epyq_rlin_free(&ly->m.sh_expert_gate);
+}
+
+void epyq_model_free(epyq_model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int32_t l = 0; l < m->L; l++) layer_free(m, &m->layers[l]);
+    layer_free(m, &m->mtp);
+    free(m->layers);
+    free(m->final_norm), free(m->inv_freq);
+    epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc);
+    free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);
+    if (m->pool) epyq_pool_free(m->pool);
+    epyq_weights_free(m->w);
+    free(m);
+}
+
+static epyq_status check_dims(const epyq_model *m, epyq_err *err) {
+    if (m->Hv % m->Hk || m->nq % m->nkv || m->rd % 2 || m->rd > m->hd || m->topk > m->E ||
+        m->topk > 64 || m->Kc < 1 || m->Kc > 16)
+        return epyq_err_set(err, EPYQ_E_SHAPE,
+                            "model: unsupported shape (value heads %d / key heads %d, q heads %d / kv"
+                            " heads %d, rotary %d of %d, top-%d of %d experts, conv %d)",
+                            m->Hv, m->Hk, m->nq, m->nkv, m->rd, m->hd, m->topk, m->E, m->Kc);
+    return EPYQ_OK;
+}
+
+static epyq_status model_build(epyq_model *m, epyq_err *err) {
+    const epyq_config *c = m->c;
+    const epyq_weights *w = m->w;
+    m->H = c->hidden_size, m->V = c->vocab_size, m->L = c->num_hidden_layers;
+    m->nq = c->num_attention_heads, m->nkv = c->num_key_value_heads, m->hd = c->head_dim;
+    m->rd = c->rotary_dim;
+    m->Hk = c->lin_num_key_heads, m->Hv = c->lin_num_value_heads;
+    m->Dk = c->lin_key_head_dim, m->Dv = c->lin_value_head_dim, m->Kc = c->conv_kernel;
+    m->conv_dim = 2 * m->Hk * m->Dk + m->Hv * m->Dv;
+    m->E = c->num_experts, m->topk = c->num_experts_per_tok;
+    m->I = c->moe_intermediate_size, m->Is = c->shared_expert_intermediate_size;
+    m->eps = (float)c->rms_norm_eps;
+    TRY(check_dims(m, err));
+
+    m->inv_freq = epyq_model_alloc((size_t)m->rd / 2 + 1, sizeof(double));
+    m->layers = calloc((size_t)m->L, sizeof(epyq_layer_rw));
+    if (!m->inv_freq || !m->layers) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
+    /* angles are formed in double at run time; only the frequencies are stored */
+    for (int32_t i = 0; i < m->rd / 2; i++) m->inv_freq[i] = pow(c->rope_theta, -2.0 * i / m->rd);
+    for (int32_t l = 0; l < m->L; l++) {
+        epyq_layer_rw *ly = &m->layers[l];
+        ly->slot = w->layers[l].full_attn ? m->n_attn++ : m->n_gdn++;
+        TRY(load_layer(m, ly, &w->layers[l], err));
+    }
+    TRY(load_vec(&m->final_norm, w->final_norm, (size_t)m->H, err));
+    TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
+    if (m->has_mtp) {
+        TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
+        TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->H, err));
+        TRY(load_vec(&m->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)m->H, err));
+        TRY(load_vec(&m->mtp_norm, w->mtp.norm, (size_t)m->H, err));
+        if (!w->mtp.layer.full_attn)
+            return epyq_err_set(err, EPYQ_E_SHAPE, "mtp.layers.0: expected a full-attention layer");
+        TRY(load_layer(m, &m->mtp, &w->mtp.layer, err));
+        m->mtp.slot = m->n_attn;
+    }
+    return EPYQ_OK;
+}
+
+epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
+                            epyq_err *err) {
+    *out = NULL;
+    epyq_model_opts o = opts ? *opts : (epyq_model_opts){0};
+    epyq_model *m = calloc(1, sizeof *m);
+    if (!m) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
+    m->path = o.path;
+    m->gdn_chunk_min = o.gdn_chunk_min ? o.gdn_chunk_min : 8;
+    m->kt = epyq_kern();
+    epyq_bind_opts bo = {.skip_mtp = o.skip_mtp};
+    epyq_status st = epyq_weights_bind(&m->w, dir, &bo, err);
+    if (st == EPYQ_OK) {
+        m->c = &m->w->cfg;
+        m->has_mtp = m->w->has_mtp && !o.skip_mtp;
+        epyq_pool_opts po = {.n_threads = o.n_threads, .cpus = NULL, .node = -1};
+        st = epyq_pool_create(&m->pool, &po, err);
+    }
+    if (st == EPYQ_OK) {
+        m->n_threads = epyq_pool_size(m->pool);
+        st = model_build(m, err);
+    }
+    if (st != EPYQ_OK) {
+        epyq_model_free(m);
+        return st;
+    }
+    epyq_log_debug("model: %d layers (%d attention), %s int4 group %d, %d threads", m->L, m->n_attn,
+                   epyq_qformat_name(m->c->qformat), m->gs, m->n_threads);
+    *out = m;
+    return EPYQ_OK;
+}
+
+const epyq_config *epyq_model_config(const epyq_model *m) { return m->c; }
+bool epyq_model_has_mtp(const epyq_model *m) { return m->has_mtp; }
+void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
+void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) {
+    m->gdn_chunk_min = min_tokens ? min_tokens : 8;
+}
+
+uint64_t epyq_model_active_bytes(const epyq_model *m) {
+    uint64_t b = epyq_rlin_bytes(&m->lm_head);
+    for (int32_t l = 0; l < m->L; l++) {
+        const epyq_layer_rw *ly = &m->layers[l];
+        if (ly->full)
+            b += epyq_rlin_bytes(&ly->at.q) + epyq_rlin_bytes(&ly->at.k) + epyq_rlin_bytes(&ly->at.v) +
+                 epyq_rlin_bytes(&ly->at.o);
+        else
+            b += epyq_rlin_bytes(&ly->g.qkv) + epyq_rlin_bytes(&ly->g.z) + epyq_rlin_bytes(&ly->g.b) +
+                 epyq_rlin_bytes(&ly->g.a) + epyq_rlin_bytes(&ly->g.out);
+        const epyq_moe_rw *mw = &ly->m;
+        b += epyq_rlin_bytes(&mw->router) + epyq_rlin_bytes(&mw->sh_gate) + epyq_rlin_bytes(&mw->sh_up) +
+             epyq_rlin_bytes(&mw->sh_down) + epyq_rlin_bytes(&mw->sh_expert_gate);
+        /* top-k of E experts, taking expert 0 as the typical size */
+        b += (uint64_t)m->topk * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
+                                  epyq_rlin_bytes(&mw->down[0]));
+    }
+    return b;
+}

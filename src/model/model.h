@@ -1,0 +1,88 @@
+/* src/model/model.h — the runtime model: load a checkpoint into kernel-ready form, hold
+ * sequences, and run batched forward passes and the MTP head.
+ *
+ * Promise: epyq_model_load() binds the checkpoint (src/load/weights.h), packs every int4 linear
+ * for the kernels (epyq_w4_pack) and keeps every 16-bit linear as bf16 [n][k], all 64-byte
+ * aligned; after it returns the checkpoint mapping is no longer needed for linears. One
+ * epyq_model_forward() call takes a batch of tokens from any number of sequences at any
+ * positions (prefill chunks and decode steps mixed), keeps the residual stream in fp32, groups
+ * the batch's tokens per expert before the expert kernels, and parallelises through the
+ * model's thread pool. Every token's result is independent of which other tokens share its
+ * batch and of the thread count: per-token work is split by output rows only, and each
+ * token's expert outputs are summed in its own top-k order (see tests/unit/test_model_batch.c).
+ *
+ * A model is driven by one thread at a time; sequences belong to one model. */
+#ifndef EPYQ_MODEL_H
+#define EPYQ_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels-x86/kern.h"
+#include "load/config.h"
+#include "load/weights.h"
+
+typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
+
+typedef struct {
+    epyq_numpath path;      /* int4 kernels' numeric path (EPYQ_PATH_A16 default) */
+    int32_t n_threads;      /* pool size including the caller; 0 = one per allowed CPU */
+    bool skip_mtp;          /* do not load mtp.* even when present */
+    int32_t gdn_chunk_min;  /* a sequence with at least this many tokens in one batch runs the
+                               chunked DeltaNet (chunk 64); 0 = default 8; < 0 = never */
+} epyq_model_opts;
+
+typedef struct epyq_model epyq_model;
+typedef struct epyq_seq epyq_seq;
+
+epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
+                            epyq_err *err);
+void epyq_model_free(epyq_model *m);
+const epyq_config *epyq_model_config(const epyq_model *m);
+bool epyq_model_has_mtp(const epyq_model *m);
+/* Change the numeric path / chunk threshold of a loaded model (tests, --path). */
+void epyq_model_set_path(epyq_model *m, epyq_numpath path);
+void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens);
+/* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
+ * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
+uint64_t epyq_model_active_bytes(const epyq_model *m);
+
+/* A sequence: KV caches for n_ctx positions (trunk attention layers, plus the MTP layer when
+ * the model has one), DeltaNet conv and fp32 recurrent states. n_ctx must be in
+ * [1, max_position_embeddings]; memory is allocated for n_ctx, not for the maximum. */
+epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
+                            epyq_err *err);
+void epyq_seq_free(epyq_seq *s);
+/* Start over at position 0 (states zeroed). */
+void epyq_seq_reset(epyq_seq *s);
+int32_t epyq_seq_pos(const epyq_seq *s);
+int32_t epyq_seq_ctx(const epyq_seq *s);
+/* Bytes this sequence holds (KV + states). */
+uint64_t epyq_seq_bytes(const epyq_seq *s);
+
+/* A batch: token i belongs to seq[i] and sits at that sequence's next position; tokens of one
+ * sequence appear in order (others may be interleaved between them). */
+typedef struct {
+    int32_t n;                  /* tokens */
+    epyq_seq *const *seq;       /* [n] */
+    const int32_t *tok;         /* [n] */
+    const uint8_t *want;        /* [n] 1 = return this token's logits; NULL = all */
+} epyq_batch;
+
+/* Run the batch. logits: [number of wanted tokens][vocab] in batch order (may be NULL);
+ * hidden: [n][hidden] post-final-norm hidden of every token (the MTP input; may be NULL).
+ * Nothing is changed when the batch is refused (EPYQ_E_CTX_FULL names the sequence's
+ * position, tokens and context; EPYQ_E_ARG a bad token id or a foreign sequence). */
+epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
+                               epyq_err *err);
+
+/* The MTP head (model.md §6.1) over n rows of one sequence: row i = (hidden h [i][H], token
+ * tok[i], RoPE position pos[i]); each row's K/V is stored in the sequence's MTP cache at
+ * slot pos[i]; a row attends to slots [0, pos[i]], which earlier rows or calls filled.
+ * logits: [n_logits][vocab] for the LAST n_logits rows (may be NULL / 0); h_out [n][H] the
+ * post-mtp.norm hiddens (may be NULL). */
+epyq_status epyq_model_mtp(epyq_model *m, epyq_seq *s, int32_t n, const float *h,
+                           const int32_t *tok, const int32_t *pos, int32_t n_logits,
+                           float *logits, float *h_out, epyq_err *err);
+
+#endif

@@ -1,0 +1,138 @@
+/* src/model/model_impl.h — the runtime model's private types, shared by the files of
+ * src/model/ (model.c load, seq.c states, forward.c trunk, attn.c, deltanet.c, moe.c, mtp.c).
+ * Nothing outside src/model/ includes it. */
+#ifndef EPYQ_MODEL_IMPL_H
+#define EPYQ_MODEL_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "numa/pool.h"
+
+/* A Linear in runtime form. */
+typedef struct {
+    int32_t n, k;       /* W [n out][k in] */
+    bool q4;
+    epyq_w4 w4;         /* q4: packed for the kernels (w4.mem owned) */
+    uint16_t *bf16;     /* !q4: [n][k] bf16, 64-byte aligned, owned */
+    bool exact;         /* bf16 only: fp32 activations (bf16_gemm_f32) — routers, gates, lm_head */
+} epyq_rlin;
+
+typedef struct {
+    epyq_rlin qkv, z, b, a, out;
+    float *conv;        /* [conv_dim][Kc] depthwise kernel, tap Kc-1 = current token */
+    float *neg_exp_A;   /* [Hv] -exp(A_log) */
+    float *dt_bias;     /* [Hv] */
+    float *norm;        /* [Dv] plain gated-norm weight */
+} epyq_gdn_rw;
+
+typedef struct {
+    epyq_rlin q, k, v, o;
+    float *q_norm, *k_norm; /* [hd] zero-centred */
+} epyq_attn_rw;
+
+typedef struct {
+    epyq_rlin router;                  /* [E][H], exact */
+    epyq_rlin *gate, *up, *down;       /* [E] */
+    epyq_rlin sh_gate, sh_up, sh_down; /* shared expert */
+    epyq_rlin sh_expert_gate;          /* [1][H], exact */
+} epyq_moe_rw;
+
+typedef struct {
+    bool full;
+    int32_t slot;               /* index among attention layers (KV) or DeltaNet layers (state) */
+    float *in_norm, *post_norm; /* [H] zero-centred */
+    epyq_gdn_rw g;
+    epyq_attn_rw at;
+    epyq_moe_rw m;
+} epyq_layer_rw;
+
+struct epyq_model {
+    epyq_weights *w;            /* owned; config lives in w->cfg */
+    const epyq_config *c;
+    const epyq_kern_table *kt;
+    epyq_pool *pool;
+    int32_t n_threads;
+    epyq_numpath path;
+    int32_t gdn_chunk_min;
+    int32_t gs;                 /* group size of the int4 linears (0: none) */
+    /* dimensions */
+    int32_t H, V, L, n_attn, n_gdn;
+    int32_t nq, nkv, hd, rd;
+    int32_t Hk, Hv, Dk, Dv, Kc, conv_dim;
+    int32_t E, topk, I, Is;
+    float eps;
+    double *inv_freq;           /* [rd/2] rotary frequencies (double: angles reach 2.6e5 rad) */
+    epyq_layer_rw *layers;           /* [L] */
+    float *final_norm;          /* [H] */
+    epyq_rlin lm_head;               /* [V][H] */
+    bool has_mtp;
+    epyq_rlin mtp_fc;                /* [H][2H] */
+    float *mtp_norm_e, *mtp_norm_h, *mtp_norm; /* [H] */
+    epyq_layer_rw mtp;               /* slot = n_attn (its KV cache follows the trunk's) */
+};
+
+struct epyq_seq {
+    epyq_model *m;
+    int32_t n_ctx, pos;
+    epyq_kv_type kv;
+    int32_t n_kv_layers;        /* n_attn (+1 with MTP) */
+    size_t kv_elem;             /* bytes per cached value: 2 (bf16) or 1 (fp8 e4m3) */
+    uint8_t *k, *v;             /* [n_kv_layers][n_ctx][nkv*hd] */
+    float *conv;                /* [n_gdn][Kc-1][conv_dim] raw inputs, oldest first */
+    float *S;                   /* [n_gdn][Hv][Dk][Dv] recurrent states */
+};
+
+/* Per-call plan of a batch: where each token goes. */
+typedef struct {
+    int32_t T;
+    epyq_seq **seq;             /* [T] */
+    int32_t *pos;               /* [T] RoPE position = KV slot */
+    /* tokens grouped by sequence, in order (DeltaNet runs per sequence) */
+    int32_t n_groups;
+    int32_t *grp_off;           /* [n_groups + 1] offsets into grp_tok */
+    int32_t *grp_tok;           /* [T] batch indices */
+} epyq_batch_plan;
+
+/* ---- linear.c: GEMMs through the kernel table, split by output rows over the pool */
+/* Prepare x [m][k] for the model's path (gs of the int4 linears reading it). */
+epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k, epyq_act *a,
+                     void **buf, epyq_err *err);
+/* y [m][ldy] (columns [0, l->n)) = l · x for every row of the prepared act. */
+void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy);
+/* Single-threaded, rows [n0, n1) (inside pool tasks). */
+void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1, const epyq_act *a,
+               float *y, int32_t ldy);
+epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact, epyq_err *err);
+void epyq_rlin_free(epyq_rlin *l);
+uint64_t epyq_rlin_bytes(const epyq_rlin *l);
+void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
+
+/* ---- the blocks: x [T][H] normed input → out [T][H] */
+epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p, const float *x,
+                      float *out, epyq_err *err);
+epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p, const float *x,
+                       float *out, epyq_err *err);
+epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, const float *x, float *out,
+                      epyq_err *err);
+/* One decoder layer over the batch; residual x [T][H] updated in place. */
+epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p, float *x,
+                          epyq_err *err);
+/* Zero-centred RMSNorm of rows x [T][n] → y (may alias). */
+void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps, float *y);
+/* logits [rows][V] = lm_head · x [rows][H] */
+epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits, epyq_err *err);
+
+/* ---- seq.c: KV cache rows */
+void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v);
+/* bf16 view of rows [0, n) of one kv head; fp8 caches are widened into `tmp` [n][hd] x 2. */
+void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_t n, uint16_t *tmp,
+                 const uint16_t **k, const uint16_t **v, int32_t *stride);
+
+/* ---- deltanet.c: the chunked delta rule (exported for the chunked-vs-recurrent test) */
+void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
+                    const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
+                    int32_t dv, float *o, int32_t ld_o);
+
+#endif

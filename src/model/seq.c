@@ -1,0 +1,129 @@
+/* src/model/seq.c — sequences: KV caches (bf16, or fp8 e4m3 to halve them) and DeltaNet
+ * states, allocated for the context asked for. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model_impl.h"
+
+/* OCP fp8 E4M3 ("e4m3fn": bias 7, no infinities, max 448): round to nearest even, saturate. */
+static uint8_t f32_to_e4m3(float x) {
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (isnan(x)) return 0x7f;
+    if (a < 0x1p-6f) return sign | (uint8_t)nearbyintf(a * 512.0f); /* subnormal; 8 = min normal */
+    int ex;
+    frexpf(a, &ex);
+    int e = ex - 1;                                        /* a in [2^e, 2^(e+1)) */
+    int mant = (int)nearbyintf((ldexpf(a, -e) - 1.0f) * 8.0f);
+    if (mant == 8) e++, mant = 0;
+    int code = ((e + 7) << 3) | mant;
+    return sign | (uint8_t)(code > 0x7e ? 0x7e : code);
+}
+
+static float e4m3_to_f32(uint8_t c) {
+    int e = (c >> 3) & 15, mt = c & 7;
+    float v = e ? ldexpf(1.0f + mt / 8.0f, e - 7) : ldexpf((float)mt, -9);
+    return c & 0x80 ? -v : v;
+}
+
+epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
+                            epyq_err *err) {
+    *out = NULL;
+    if (n_ctx < 1 || n_ctx > m->c->max_position_embeddings)
+        return epyq_err_set(err, EPYQ_E_ARG, "context %d outside [1, %lld] (max_position_embeddings)",
+                            n_ctx, (long long)m->c->max_position_embeddings);
+    epyq_seq *s = calloc(1, sizeof *s);
+    if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "sequence: out of memory");
+    s->m = m, s->n_ctx = n_ctx, s->kv = kv;
+    s->n_kv_layers = m->n_attn + (m->has_mtp ? 1 : 0);
+    s->kv_elem = kv == EPYQ_KV_FP8 ? 1 : 2;
+    size_t rows = (size_t)s->n_kv_layers * (size_t)n_ctx, per_row, kv_bytes = 0;
+    bool ok = epyq_mul_size((size_t)m->nkv * m->hd, s->kv_elem, &per_row) &&
+              epyq_mul_size(rows, per_row, &kv_bytes);
+    if (ok && kv_bytes) {
+        s->k = epyq_model_alloc(kv_bytes, 1);
+        s->v = epyq_model_alloc(kv_bytes, 1);
+        ok = s->k && s->v;
+    }
+    if (ok && m->n_gdn) {
+        s->conv = epyq_model_alloc((size_t)m->n_gdn * (size_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1),
+                                   (size_t)m->conv_dim * sizeof(float));
+        s->S = epyq_model_alloc((size_t)m->n_gdn * m->Hv, (size_t)m->Dk * m->Dv * sizeof(float));
+        ok = s->conv && s->S;
+    }
+    if (!ok) {
+        epyq_seq_free(s);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "sequence of %d positions: out of memory (KV %zu bytes x 2)",
+                            n_ctx, kv_bytes);
+    }
+    *out = s;
+    return EPYQ_OK;
+}
+
+void epyq_seq_free(epyq_seq *s) {
+    if (!s) return;
+    free(s->k), free(s->v), free(s->conv), free(s->S);
+    free(s);
+}
+
+void epyq_seq_reset(epyq_seq *s) {
+    const epyq_model *m = s->m;
+    /* KV rows past pos are never read, so only the recurrent states need clearing */
+    if (m->n_gdn) {
+        memset(s->conv, 0, (size_t)m->n_gdn * (size_t)(m->Kc - 1) * m->conv_dim * sizeof(float));
+        memset(s->S, 0, (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv * sizeof(float));
+    }
+    s->pos = 0;
+}
+
+int32_t epyq_seq_pos(const epyq_seq *s) { return s->pos; }
+int32_t epyq_seq_ctx(const epyq_seq *s) { return s->n_ctx; }
+
+uint64_t epyq_seq_bytes(const epyq_seq *s) {
+    const epyq_model *m = s->m;
+    uint64_t kv = 2ull * s->n_kv_layers * (uint64_t)s->n_ctx * m->nkv * m->hd * s->kv_elem;
+    uint64_t st = (uint64_t)m->n_gdn * ((uint64_t)(m->Kc - 1) * m->conv_dim + (uint64_t)m->Hv * m->Dk * m->Dv);
+    return kv + st * sizeof(float);
+}
+
+void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v) {
+    const epyq_model *m = s->m;
+    size_t kvd = (size_t)m->nkv * m->hd;
+    size_t off = ((size_t)layer_slot * s->n_ctx + (size_t)pos) * kvd;
+    if (s->kv == EPYQ_KV_FP8) {
+        for (size_t i = 0; i < kvd; i++) {
+            s->k[off + i] = f32_to_e4m3(k[i]);
+            s->v[off + i] = f32_to_e4m3(v[i]);
+        }
+        return;
+    }
+    uint16_t *kb = (uint16_t *)s->k + off, *vb = (uint16_t *)s->v + off;
+    for (size_t i = 0; i < kvd; i++) {
+        kb[i] = epyq_f32_to_bf16(k[i]);
+        vb[i] = epyq_f32_to_bf16(v[i]);
+    }
+}
+
+void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_t n, uint16_t *tmp,
+                      const uint16_t **k, const uint16_t **v, int32_t *stride) {
+    const epyq_model *m = s->m;
+    size_t kvd = (size_t)m->nkv * m->hd;
+    size_t off = (size_t)layer_slot * s->n_ctx * kvd + (size_t)kvh * m->hd;
+    if (s->kv == EPYQ_KV_BF16) {
+        *k = (const uint16_t *)s->k + off;
+        *v = (const uint16_t *)s->v + off;
+        *stride = (int32_t)kvd;
+        return;
+    }
+    /* e4m3 values are exactly representable in bf16: widening loses nothing */
+    uint16_t *tk = tmp, *tv = tmp + (size_t)n * m->hd;
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t d = 0; d < m->hd; d++) {
+            size_t src = off + (size_t)r * kvd + (size_t)d;
+            tk[(size_t)r * m->hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->k[src]));
+            tv[(size_t)r * m->hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->v[src]));
+        }
+    *k = tk, *v = tv, *stride = m->hd;
+}
