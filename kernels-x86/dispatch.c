@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "kernels-x86/kern_impl.h"
+#include "kernels-x86/w4_impl.h"
 
 static const char *const isa_names[EPYQ_ISA_COUNT] = {"ref", "avx2", "avx512", "avx512_vnni",
                                                       "avx512_bf16"};
@@ -32,6 +33,10 @@ static const epyq_kern_table own_ref = {
     .attn_bf16_multi = epyq_attn_bf16_multi_ref,
     .gdn_step = epyq_gdn_step_ref,
     .stream_read = epyq_stream_read_ref,
+    .act_prep = epyq_act_prep_ref,
+    .w4_gemm = epyq_w4_gemm_ref,
+    .w4_expert = epyq_w4_expert_ref,
+    .w4_expert_scratch_bytes = epyq_w4_expert_scratch_bytes,
 };
 
 /* AVX2 + FMA + F16C: Intel Haswell (2013-) .. Alder Lake, AMD Zen 1/2/3 (EPYC Naples, Rome,
@@ -43,6 +48,8 @@ static const epyq_kern_table own_avx2 = {
     .attn_bf16_multi = epyq_attn_bf16_multi_avx2,
     .gdn_step = epyq_gdn_step_avx2,
     .stream_read = epyq_stream_read_avx2,
+    .w4_gemm = epyq_w4_gemm_avx2,
+    .w4_expert = epyq_w4_expert_avx2,
 };
 
 /* AVX-512 F/BW/VL/DQ: Intel Skylake-SP/X (2017-). No AMD part stops here. */
@@ -58,12 +65,16 @@ static const epyq_kern_table own_avx512 = {
 /* + VNNI (VPDPBUSD): Intel Cascade Lake (2019-), Ice Lake. Dense kernels are those of
  * avx512; the int4 A8 path gains VPDPBUSD here. */
 static const epyq_kern_table own_avx512_vnni = {
+    .w4_gemm = epyq_w4_gemm_avx512vnni,
+    .w4_expert = epyq_w4_expert_avx512vnni,
     .bf16_gemm = NULL,
 };
 
 /* + BF16 (VDPBF16PS): Intel Cooper Lake, Sapphire Rapids (2023-); AMD Zen 4 (EPYC Genoa,
  * Bergamo, Siena; 2022-) and Zen 5 (EPYC Turin; 2024-) — the targets of this project. */
 static const epyq_kern_table own_avx512_bf16 = {
+    .w4_gemm = epyq_w4_gemm_avx512bf16,
+    .w4_expert = epyq_w4_expert_avx512bf16,
     .bf16_gemm = epyq_bf16_gemm_avx512bf16,
 };
 

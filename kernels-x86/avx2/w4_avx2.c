@@ -1,0 +1,205 @@
+/* kernels-x86/avx2/w4_avx2.c — int4 kernels for AVX2 + FMA (Haswell+, Zen 1-3; also used
+ * by the avx512 level, whose F/BW set has no faster int4 product than these).
+ *
+ * Same packed layout as the AVX-512 cores (w4_layout.h); a 64-byte block is two 256-bit
+ * halves (tile rows 0-7 and 8-15).
+ *   A8 : VPMADDUBSW (u8 codes x s8 activations, pairs to int16: at most 2*15*127, no
+ *        saturation) and VPMADDWD by 1 to int32 replace VPDPBUSD; the integer dot is exact
+ *        and the fp32 epilogue is the ref twin's, so results equal ref bit for bit.
+ *        Error vs double: that of the A8 path (see avx512/w4_vnni.c).
+ *   A16: codes are widened to fp32 (q - 8 is exact), activations are the bf16 values
+ *        widened to fp32, products are exact and summed with FMA: differs from the ref twin
+ *        only in summation order. Error vs double: that of the A16 path (avx512/w4_bf16.c).
+ * Fewer registers (16) than AVX-512 allow fewer activation rows per weight unpack. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels-x86/w4_impl.h"
+#include "kernels-x86/w4_layout.h"
+
+#define W4_INLINE static inline __attribute__((always_inline))
+#define A8_MR 4
+#define A16_MR 2
+
+W4_INLINE __m256i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* Rows [lo, hi) of tile `tile`, lanes in two halves, into yrow[row - n0]. */
+static void store_tile(float *yrow, int32_t n0, int32_t tile, int32_t lo, int32_t hi,
+                       __m256 v0, __m256 v1, float rw) {
+    float tmp[W4_TILE];
+    _mm256_storeu_ps(tmp, _mm256_mul_ps(v0, _mm256_set1_ps(rw)));
+    _mm256_storeu_ps(tmp + 8, _mm256_mul_ps(v1, _mm256_set1_ps(rw)));
+    const int32_t base = tile * W4_TILE;
+    memcpy(yrow + (lo - n0), tmp + (lo - base), (size_t)(hi - lo) * sizeof(float));
+}
+
+/* Zero points of 8 rows as int32 (8 when symmetric). */
+W4_INLINE __m256i zeros8(const uint8_t *zeros, int32_t g, int h) {
+    if (!zeros) return _mm256_set1_epi32(8);
+    return _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64((const __m128i *)(zeros + (size_t)g * W4_TILE + (size_t)h * 8)));
+}
+
+W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
+                       const w4_a8_view *a, int32_t kx, int32_t t0, const int MR,
+                       __m256 (*facc)[2]) {
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
+    const size_t rb = w4_rec_bytes(gs);
+    const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
+    for (int r = 0; r < MR; r++) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec = tile + (size_t)g * rb;
+        const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
+        __m256i acc[A8_MR][2];
+        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        for (int32_t b = 0; b < bpg; b++) {
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
+            const __m256i v1 =
+                _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
+            const __m256i lo0 = _mm256_and_si256(v0, m0f);
+            const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m0f);
+            const __m256i lo1 = _mm256_and_si256(v1, m0f);
+            const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m0f);
+            for (int r = 0; r < MR; r++) {
+                const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
+                const __m256i xl = bcast32(xr), xh = bcast32(xr + 4);
+                const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl),
+                                                    _mm256_maddubs_epi16(hi0, xh));
+                const __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xl),
+                                                    _mm256_maddubs_epi16(hi1, xh));
+                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 s = _mm256_loadu_ps((const float *)(rec + (size_t)bpg * W4_BLOCK) + 8 * h);
+            const __m256i z = zeros8(zeros, g, h);
+            for (int r = 0; r < MR; r++) {
+                const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
+                const __m256i corr = _mm256_sub_epi32(
+                    acc[r][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(a->sum8[tg])));
+                const __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(a->d[tg]));
+                facc[r][h] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(corr), facc[r][h]);
+            }
+        }
+    }
+}
+
+W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
+                        const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
+                        __m256 (*facc)[2]) {
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK;
+    const size_t rb = w4_rec_bytes(gs);
+    const __m256i m0f = _mm256_set1_epi32(15);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
+    float xf[A16_MR][128] __attribute__((aligned(32))); /* the group's bf16 x widened */
+    for (int r = 0; r < MR; r++) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec = tile + (size_t)g * rb;
+        const int32_t i0 = (g - g0) * gs;
+        for (int r = 0; r < MR; r++) {
+            const uint16_t *xr = a->xb + (size_t)(t0 + r) * (size_t)kx + (size_t)i0;
+            for (int32_t i = 0; i < gs; i += 8) {
+                const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xr + i)));
+                _mm256_store_ps(xf[r] + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+            }
+        }
+        __m256 acc[A16_MR][2][2];
+        for (int r = 0; r < MR; r++)
+            acc[r][0][0] = acc[r][0][1] = acc[r][1][0] = acc[r][1][1] = _mm256_setzero_ps();
+        for (int32_t b = 0; b < bpg; b++) {
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
+            const __m256i v1 =
+                _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
+            for (int p = 0; p < W4_KBLK; p++) {
+                const __m256 q0 = _mm256_sub_ps(
+                    _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v0, 4 * p), m0f)), eight);
+                const __m256 q1 = _mm256_sub_ps(
+                    _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v1, 4 * p), m0f)), eight);
+                for (int r = 0; r < MR; r++) {
+                    const __m256 xv = _mm256_broadcast_ss(xf[r] + b * W4_KBLK + w4_a16_pos(p));
+                    acc[r][0][p & 1] = _mm256_fmadd_ps(q0, xv, acc[r][0][p & 1]);
+                    acc[r][1][p & 1] = _mm256_fmadd_ps(q1, xv, acc[r][1][p & 1]);
+                }
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 s = _mm256_loadu_ps((const float *)(rec + (size_t)bpg * W4_BLOCK) + 8 * h);
+            const __m256 zf = _mm256_sub_ps(_mm256_cvtepi32_ps(zeros8(zeros, g, h)), eight);
+            for (int r = 0; r < MR; r++) {
+                __m256 dot = _mm256_add_ps(acc[r][h][0], acc[r][h][1]);
+                if (zeros)
+                    dot = _mm256_fnmadd_ps(
+                        zf, _mm256_set1_ps(w4_a16_group_sum(a, kx, t0 + r, i0, gs)), dot);
+                facc[r][h] = _mm256_fmadd_ps(s, dot, facc[r][h]);
+            }
+        }
+    }
+}
+
+#define INST(KIND, VIEW, MR)                                                                     \
+    static void KIND##_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1, \
+                                 const VIEW *a, int32_t kx, int32_t t0, __m256 (*facc)[2]) {    \
+        KIND##_rows(w, tile, g0, g1, a, kx, t0, MR, facc);                                       \
+    }
+INST(a8, w4_a8_view, 1)
+INST(a8, w4_a8_view, 2)
+INST(a8, w4_a8_view, 3)
+INST(a8, w4_a8_view, 4)
+INST(a16, w4_a16_view, 1)
+INST(a16, w4_a16_view, 2)
+
+typedef void (*a8_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t, const w4_a8_view *,
+                      int32_t, int32_t, __m256 (*)[2]);
+typedef void (*a16_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t, const w4_a16_view *,
+                       int32_t, int32_t, __m256 (*)[2]);
+static const a8_fn a8_of[A8_MR + 1] = {NULL, a8_rows_1, a8_rows_2, a8_rows_3, a8_rows_4};
+static const a16_fn a16_of[A16_MR + 1] = {NULL, a16_rows_1, a16_rows_2};
+
+/* The tile/row-chunk loop shared by both paths. */
+#define TILE_LOOP(MRMAX, CALL)                                                                   \
+    for (int32_t tile = n0 / W4_TILE; tile * W4_TILE < n1; tile++) {                             \
+        const uint8_t *tp = w4_tile_ptr(w, tile);                                                \
+        const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;                            \
+        const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;        \
+        for (int32_t t0 = 0; t0 < x->m; t0 += MRMAX) {                                           \
+            const int mr = x->m - t0 < MRMAX ? x->m - t0 : MRMAX;                                \
+            __m256 facc[MRMAX][2];                                                               \
+            CALL;                                                                                \
+            for (int r = 0; r < mr; r++)                                                         \
+                store_tile(y + (size_t)(t0 + r) * (size_t)ldy, n0, tile, lo, hi, facc[r][0],     \
+                           facc[r][1], rw ? rw[t0 + r] : 1.0f);                                  \
+        }                                                                                        \
+    }
+
+void epyq_w4_core_a8_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw) {
+    const w4_a8_view a = w4_a8_of(x);
+    TILE_LOOP(A8_MR, a8_of[mr](w, tp, g0, g1, &a, x->k, t0, facc))
+}
+
+void epyq_w4_core_a16_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                           const epyq_act *x, float *y, int32_t ldy, const float *rw) {
+    const w4_a16_view a = w4_a16_of(x);
+    TILE_LOOP(A16_MR, a16_of[mr](w, tp, g0, g1, &a, x->k, t0, facc))
+}
+
+static const epyq_w4_cores cores_avx2 = {epyq_w4_core_a8_avx2, epyq_w4_core_a16_avx2,
+                                         epyq_act_prep_ref};
+
+void epyq_w4_gemm_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x, float *y,
+                       int32_t ldy) {
+    epyq_w4_gemm_with(&cores_avx2, w, n0, n1, x, y, ldy);
+}
+
+void epyq_w4_expert_avx2(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down,
+                         int32_t i0, int32_t i1, const epyq_act *x, const float *rw, float *y,
+                         int32_t ldy, void *scratch) {
+    epyq_w4_expert_with(&cores_avx2, gate, up, down, i0, i1, x, rw, y, ldy, scratch);
+}

@@ -1,0 +1,122 @@
+/* kernels-x86/avx512/w4_vnni.c — int4 x int8 (path A8) with VPDPBUSD.
+ *
+ *   y[j] = sum_g fma(s[j][g] * d[g], (float)(sum_i q[j][i] x8[i] - z[j][g] sum8[g]), .)
+ * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): one load, an AND and a
+ * shift+AND give the unsigned codes of k0+{0,2,4,6} and k0+{1,3,5,7} in the 4 bytes of
+ * each row's lane; two VPDPBUSD against 4 broadcast int8 activations accumulate them.
+ * The unpacked block is reused for up to MR_MAX activation rows (the kernel is stamped
+ * out per row count, ik_llama style), so at M = 32 the unpack is a small fraction of the
+ * VPDPBUSD work. The integer dot is exact and the epilogue matches the ref twin's
+ * operation for operation, so results are bit-identical to ref/w4_ref.c.
+ * Error against the double-precision product (tests/kern/test_w4.c, measured): the int8
+ * rounding of x dominates; worst |y - y_double| / sum_i |w_i x_i| = 7.7e-3, and every element
+ * stays inside the analytic bound sum_g (d_g / 2) sum_{i in g} |w_i| (+ fp32 slack). */
+#include "kernels-x86/avx512/w4_common.h"
+#include "kernels-x86/w4_impl.h"
+
+#define MR_MAX 8
+
+/* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
+W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
+                       const w4_a8_view *a, int32_t kx, int32_t t0, const int MR,
+                       __m512 *facc) {
+    /* Four independent chains per row when few rows: VPDPBUSD latency would otherwise cap
+     * a GEMV below the memory speed. */
+    enum { NA = 4 };
+    const int na = MR <= 2 ? 4 : 2;
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
+    const size_t rb = w4_rec_bytes(gs);
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
+    for (int r = 0; r < MR; r++) facc[r] = _mm512_setzero_ps();
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec = tile + (size_t)g * rb;
+        const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
+        __m512i acc[MR_MAX][NA];
+        for (int r = 0; r < MR; r++)
+            for (int c = 0; c < na; c++) acc[r][c] = _mm512_setzero_si512();
+        for (int32_t b = 0; b < bpg; b += 2) {
+            const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
+            const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
+            const __m512i lo0 = _mm512_and_si512(v0, m0f);
+            const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
+            const __m512i lo1 = _mm512_and_si512(v1, m0f);
+            const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
+            for (int r = 0; r < MR; r++) {
+                const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
+                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], lo0, w4_bcast32(xr));
+                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], hi0, w4_bcast32(xr + 4));
+                acc[r][na - 2] = _mm512_dpbusd_epi32(acc[r][na - 2], lo1, w4_bcast32(xr + 8));
+                acc[r][na - 1] = _mm512_dpbusd_epi32(acc[r][na - 1], hi1, w4_bcast32(xr + 12));
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
+        const __m512i z = zeros ? _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                      (const __m128i *)(zeros + (size_t)g * W4_TILE)))
+                                : _mm512_set1_epi32(8);
+        for (int r = 0; r < MR; r++) {
+            __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
+            if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
+            const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
+            const __m512i corr =
+                _mm512_sub_epi32(dot, _mm512_mullo_epi32(z, _mm512_set1_epi32(a->sum8[tg])));
+            const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[tg]));
+            facc[r] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(corr), facc[r]);
+        }
+    }
+}
+
+#define A8_INST(MR)                                                                              \
+    static void a8_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,     \
+                             const w4_a8_view *a, int32_t kx, int32_t t0, __m512 *facc) {       \
+        a8_rows(w, tile, g0, g1, a, kx, t0, MR, facc);                                           \
+    }
+A8_INST(1)
+A8_INST(2)
+A8_INST(3)
+A8_INST(4)
+A8_INST(5)
+A8_INST(6)
+A8_INST(7)
+A8_INST(8)
+
+typedef void (*a8_rows_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t,
+                           const w4_a8_view *, int32_t, int32_t, __m512 *);
+static const a8_rows_fn a8_rows_of[MR_MAX + 1] = {NULL,     a8_rows_1, a8_rows_2,
+                                                  a8_rows_3, a8_rows_4, a8_rows_5,
+                                                  a8_rows_6, a8_rows_7, a8_rows_8};
+
+void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+                                int32_t g1, const epyq_act *x, float *y, int32_t ldy,
+                                const float *rw) {
+    const w4_a8_view a = w4_a8_of(x);
+    for (int32_t tile = n0 / W4_TILE; tile * W4_TILE < n1; tile++) {
+        const uint8_t *tp = w4_tile_ptr(w, tile);
+        const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
+        const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
+        for (int32_t t0 = 0; t0 < x->m; t0 += MR_MAX) {
+            const int mr = x->m - t0 < MR_MAX ? x->m - t0 : MR_MAX;
+            __m512 facc[MR_MAX];
+            a8_rows_of[mr](w, tp, g0, g1, &a, x->k, t0, facc);
+            for (int r = 0; r < mr; r++) {
+                __m512 v = facc[r];
+                if (rw) v = _mm512_mul_ps(v, _mm512_set1_ps(rw[t0 + r]));
+                w4_store_tile(y + (size_t)(t0 + r) * (size_t)ldy, n0, tile, lo, hi, v);
+            }
+        }
+    }
+}
+
+static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx2,
+                                         epyq_act_prep_ref};
+
+void epyq_w4_gemm_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x,
+                             float *y, int32_t ldy) {
+    epyq_w4_gemm_with(&cores_vnni, w, n0, n1, x, y, ldy);
+}
+
+void epyq_w4_expert_avx512vnni(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down,
+                               int32_t i0, int32_t i1, const epyq_act *x, const float *rw,
+                               float *y, int32_t ldy, void *scratch) {
+    epyq_w4_expert_with(&cores_vnni, gate, up, down, i0, i1, x, rw, y, ldy, scratch);
+}

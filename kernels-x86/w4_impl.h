@@ -1,0 +1,72 @@
+/* kernels-x86/w4_impl.h — the int4 kernel symbols the dispatch tables point at, and the
+ * one seam every ISA shares: a "core" that multiplies a range of packed tiles by prepared
+ * activations. The entry points (w4_gemm, w4_expert) are the same few lines for every ISA,
+ * so they live once in w4_drive.c and take the ISA's cores as arguments.
+ *
+ * Private to kernels-x86/. Argument meanings of the table entries are those in kern.h. */
+#ifndef EPYQ_W4_IMPL_H
+#define EPYQ_W4_IMPL_H
+
+#include "kernels-x86/kern.h"
+
+/* y[t][j - n0] = (rw ? rw[t] : 1) * sum_{g in [g0, g1)} W[j][g] . x[t][g - g0] for j in
+ * [n0, n1), t < x->m; y row stride ldy. x holds exactly the k columns of groups [g0, g1)
+ * (x->k == (g1 - g0) * w->gs), so a caller can multiply by a column slice of W (the down
+ * projection of one expert slice). A8 cores need x->gs == w->gs. */
+typedef void (*epyq_w4_core_fn)(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+                                int32_t g1, const epyq_act *x, float *y, int32_t ldy,
+                                const float *rw);
+
+typedef struct {
+    epyq_w4_core_fn a8, a16;
+    void (*act_prep)(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
+                     epyq_numpath path, void *buf);
+} epyq_w4_cores;
+
+/* The shared entry points (kernels-x86/w4_drive.c). */
+void epyq_w4_gemm_with(const epyq_w4_cores *c, const epyq_w4 *w, int32_t n0, int32_t n1,
+                       const epyq_act *x, float *y, int32_t ldy);
+void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
+                         const epyq_w4 *down, int32_t i0, int32_t i1, const epyq_act *x,
+                         const float *rw, float *y, int32_t ldy, void *scratch);
+size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k);
+
+/* Declares the table entries of one ISA suffix. */
+#define EPYQ_DECLARE_W4(sfx)                                                                     \
+    void epyq_w4_gemm_##sfx(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x,        \
+                            float *y, int32_t ldy);                                              \
+    void epyq_w4_expert_##sfx(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down,      \
+                              int32_t i0, int32_t i1, const epyq_act *x, const float *rw,       \
+                              float *y, int32_t ldy, void *scratch)
+
+/* ref: plain C (kernels-x86/ref/w4_ref.c); its act_prep is the only one (the preparation is
+ * O(m k), a rounding rule that must be identical everywhere, and cheap next to the weights). */
+void epyq_act_prep_ref(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
+                       epyq_numpath path, void *buf);
+void epyq_w4_core_a8_ref(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                         const epyq_act *x, float *y, int32_t ldy, const float *rw);
+void epyq_w4_core_a16_ref(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw);
+EPYQ_DECLARE_W4(ref);
+
+/* avx2: VPMADDUBSW (A8) and fp32 FMA on widened codes (A16) (kernels-x86/avx2/w4_avx2.c).
+ * Also serves the avx512 level (AVX-512 F/BW without VNNI has no faster int4 path here). */
+void epyq_w4_core_a8_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw);
+void epyq_w4_core_a16_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                           const epyq_act *x, float *y, int32_t ldy, const float *rw);
+EPYQ_DECLARE_W4(avx2);
+
+/* avx512_vnni: VPDPBUSD for A8 (kernels-x86/avx512/w4_vnni.c); A16 uses the avx2 core. */
+void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+                                int32_t g1, const epyq_act *x, float *y, int32_t ldy,
+                                const float *rw);
+EPYQ_DECLARE_W4(avx512vnni);
+
+/* avx512_bf16: VDPBF16PS for A16 (kernels-x86/avx512/w4_bf16.c) + the VNNI A8 core. */
+void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
+                                 const float *rw);
+EPYQ_DECLARE_W4(avx512bf16);
+
+#endif

@@ -1,0 +1,492 @@
+/* tests/kern/test_w4.c — the int4 kernels of every table the host can run, against the
+ * plain-C twin and a double-precision reference.
+ *
+ * What is asserted:
+ *  - pack/unpack is integer-exact (codes, scales, zero points), the packed words follow the
+ *    documented nibble order, and bad shapes/codes are refused with a message;
+ *  - w4_gemm on ragged n, k = a multiple of gs (32/64/128), m in 1..64, sym and asym, both
+ *    paths: outputs are NaN-poisoned first, every element is checked, columns outside the
+ *    slice stay untouched;
+ *      A8  : bit-identical to the ref twin (exact int8 dots, same fp32 epilogue), and
+ *            |y - y_double| <= sum_i |w_i| (1/2 + 1e-4) d_g(i) + (G + 3) 2^-24 C8
+ *            (the int8 rounding of x is at most half a step d_g = amax_g / 127);
+ *      A16 : |y - y_ref| <= 2 (k + 4) 2^-24 C and
+ *            |y - y_double| <= 2^-8 sum_i |w_i x_i| + (k + 4) 2^-24 C
+ *            (bf16 rounding of x is at most 2^-8 relative; the rest is fp32 summation),
+ *      with C = sum_i |s| (|q - 8| + |z - 8|) |xb_i| the magnitude the kernel sums;
+ *  - computing rows [0, n) as one slice or as two slices gives identical bits (what a
+ *    1-thread and a 2-thread run do);
+ *  - w4_expert (fused gate/up/SiLU/down with routing weight) over a whole intermediate range
+ *    and over two slices matches the double reference and the ref twin.
+ * The measured worst errors, normalised by sum_i |w_i x_i|, are printed per path. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "kernels-x86/kern.h"
+#include "kernels-x86/w4_layout.h"
+
+static int fast_mode(void) {
+    const char *f = getenv("EPYQ_FAST");
+    return f && *f && strcmp(f, "0") != 0;
+}
+
+/* ---- deterministic random data ---------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+static float rndf(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; } /* [-1, 1) */
+
+typedef struct {
+    epyq_q4_canon c;
+    uint8_t *q, *z; /* [n][k], [n][G] */
+    float *s;       /* [n][G] */
+    epyq_w4 w;
+    void *mem;
+} mat;
+
+/* Random codes; bf16-exact scales of varied magnitude; asym zero points 0..16. */
+static void mat_make(mat *a, int32_t n, int32_t k, int32_t gs, int asym) {
+    const int32_t G = k / gs;
+    memset(a, 0, sizeof *a);
+    a->q = malloc((size_t)n * (size_t)k);
+    a->s = malloc((size_t)n * (size_t)G * sizeof(float));
+    a->z = asym ? malloc((size_t)n * (size_t)G) : NULL;
+    ck_assert(a->q && a->s && (!asym || a->z));
+    for (size_t i = 0; i < (size_t)n * (size_t)k; i++) a->q[i] = (uint8_t)(rnd() & 15);
+    for (size_t i = 0; i < (size_t)n * (size_t)G; i++) {
+        const float s = (0.25f + (float)(rnd() % 1000) / 250.0f) * ldexpf(1.0f, -(int)(rnd() % 8));
+        a->s[i] = epyq_bf16_to_f32(epyq_f32_to_bf16(s));
+        if (asym) a->z[i] = (uint8_t)(rnd() % 17);
+    }
+    a->c = (epyq_q4_canon){.n = n, .k = k, .gs = gs, .q = a->q, .s = a->s, .z = a->z};
+    const size_t bytes = epyq_w4_pack_bytes(n, k, gs, asym);
+    ck_assert_uint_gt(bytes, 0);
+    a->mem = aligned_alloc(64, w4_align64(bytes));
+    ck_assert_ptr_nonnull(a->mem);
+    epyq_err err = {0};
+    ck_assert_msg(epyq_w4_pack(&a->w, a->mem, &a->c, &err) == EPYQ_OK, "pack: %s", err.msg);
+}
+
+static void mat_free(mat *a) {
+    free(a->q);
+    free(a->s);
+    free(a->z);
+    free(a->mem);
+}
+
+static double wq(const mat *a, int32_t j, int32_t i) {
+    const int32_t G = a->c.k / a->c.gs, g = i / a->c.gs;
+    const int z = a->z ? a->z[(size_t)j * (size_t)G + (size_t)g] : 8;
+    return ((double)a->q[(size_t)j * (size_t)a->c.k + (size_t)i] - z) *
+           (double)a->s[(size_t)j * (size_t)G + (size_t)g];
+}
+
+/* Activations with a few outliers (what makes per-group int8 scales matter). */
+static float *act_make(int32_t m, int32_t k, int outliers) {
+    float *x = malloc((size_t)m * (size_t)k * sizeof(float));
+    ck_assert_ptr_nonnull(x);
+    for (size_t i = 0; i < (size_t)m * (size_t)k; i++)
+        x[i] = rndf() * (outliers && rnd() % 64 == 0 ? 20.0f : 1.0f);
+    return x;
+}
+
+static float *nan_buf(size_t n) {
+    float *y = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(y);
+    for (size_t i = 0; i < n; i++) y[i] = NAN;
+    return y;
+}
+
+static void *act_buf(const epyq_kern_table *kt, epyq_act *a, const float *x, int32_t m,
+                     int32_t k, int32_t gs, epyq_numpath path) {
+    const size_t bytes = epyq_act_bytes(m, k, gs, path);
+    ck_assert_uint_gt(bytes, 0);
+    void *buf = aligned_alloc(64, w4_align64(bytes));
+    ck_assert_ptr_nonnull(buf);
+    kt->act_prep(a, x, m, k, gs, path, buf);
+    return buf;
+}
+
+/* ---- pack / unpack -------------------------------------------------------------------- */
+
+START_TEST(test_pack_roundtrip) {
+    static const int32_t shapes[][3] = {{1, 32, 32},   {7, 64, 32},    {16, 128, 64},
+                                        {17, 256, 128}, {33, 384, 128}, {100, 192, 64}};
+    rng_state = 0x1234567u;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int asym = 0; asym < 2; asym++) {
+            const int32_t n = shapes[si][0], k = shapes[si][1], gs = shapes[si][2], G = k / gs;
+            mat a;
+            mat_make(&a, n, k, gs, asym);
+            ck_assert_int_eq(a.w.asym, asym);
+            ck_assert_uint_eq(a.w.bytes, epyq_w4_pack_bytes(n, k, gs, asym));
+            uint8_t *q = malloc((size_t)n * (size_t)k), *z = malloc((size_t)n * (size_t)G);
+            float *s = malloc((size_t)n * (size_t)G * sizeof(float));
+            ck_assert(q && z && s);
+            epyq_w4_unpack(&a.w, q, s, z);
+            ck_assert_mem_eq(q, a.q, (size_t)n * (size_t)k);
+            ck_assert_mem_eq(s, a.s, (size_t)n * (size_t)G * sizeof(float));
+            for (size_t i = 0; i < (size_t)n * (size_t)G; i++)
+                ck_assert_uint_eq(z[i], asym ? a.z[i] : 8);
+            free(q);
+            free(z);
+            free(s);
+            mat_free(&a);
+        }
+}
+END_TEST
+
+/* The worked example of quant-formats.md §3: U[n][k] = (n + k) mod 16. Row 0's first word
+ * must be the GPTQ sequential word 0x76543210, row 7's 0xEDCBA987; a zero-point array of
+ * all 8 is recognised as symmetric. */
+START_TEST(test_pack_pinned_words) {
+    uint8_t q[16 * 32], z[16];
+    float s[16];
+    for (int n = 0; n < 16; n++) {
+        for (int k = 0; k < 32; k++) q[n * 32 + k] = (uint8_t)((n + k) % 16);
+        s[n] = 1.0f;
+        z[n] = 8;
+    }
+    const epyq_q4_canon c = {.n = 16, .k = 32, .gs = 32, .q = q, .s = s, .z = z};
+    void *mem = aligned_alloc(64, w4_align64(epyq_w4_pack_bytes(16, 32, 32, 0)));
+    epyq_w4 w;
+    ck_assert_int_eq(epyq_w4_pack(&w, mem, &c, NULL), EPYQ_OK);
+    ck_assert_int_eq(w.asym, 0);
+    uint32_t w0, w7;
+    memcpy(&w0, (const uint8_t *)mem + 0 * 4, 4);
+    memcpy(&w7, (const uint8_t *)mem + 7 * 4, 4);
+    ck_assert_uint_eq(w0, 0x76543210u);
+    ck_assert_uint_eq(w7, 0xEDCBA987u);
+    free(mem);
+}
+END_TEST
+
+START_TEST(test_pack_refuses) {
+    uint8_t q[4 * 64] = {0};
+    float s[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    void *mem = aligned_alloc(64, 64 * 1024);
+    epyq_w4 w;
+    epyq_err err = {0};
+    epyq_q4_canon c = {.n = 4, .k = 64, .gs = 16, .q = q, .s = s, .z = NULL};
+    ck_assert_int_eq(epyq_w4_pack(&w, mem, &c, &err), EPYQ_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "group 16"));
+    c.gs = 128; /* k = 64 is not a multiple of 128 */
+    ck_assert_int_eq(epyq_w4_pack(&w, mem, &c, &err), EPYQ_E_UNSUPPORTED);
+    ck_assert_uint_eq(epyq_w4_pack_bytes(4, 64, 128, 0), 0);
+    c.gs = 32;
+    q[70] = 16;
+    ck_assert_int_eq(epyq_w4_pack(&w, mem, &c, &err), EPYQ_E_QUANT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "[1][6]"));
+    free(mem);
+}
+END_TEST
+
+/* ---- GEMM ------------------------------------------------------------------------------ */
+
+typedef struct {
+    double max_rel[2]; /* worst |y - y_double| / sum |w x|, per path */
+} err_stats;
+static err_stats stats;
+
+/* Double reference and the error scales of one output element. */
+typedef struct {
+    double y;     /* sum_i w_i x_i, unrounded x */
+    double absw;  /* sum_i |w_i x_i| */
+    double a8_q;  /* sum_i |w_i| d_g(i) (int8 step) */
+    double c16;   /* sum_i |s| (|q-8| + |z-8|) |xb_i| */
+    double c8;    /* sum_i |w_i| 127 d_g(i) */
+} refval;
+
+static refval ref_elem(const mat *a, const float *xt, int32_t j) {
+    const int32_t k = a->c.k, gs = a->c.gs, G = k / gs;
+    refval r = {0};
+    for (int32_t g = 0; g < G; g++) {
+        double amax = 0;
+        for (int32_t i = g * gs; i < (g + 1) * gs; i++) amax = fmax(amax, fabs(xt[i]));
+        const double d = (double)((float)amax / 127.0f);
+        const int z = a->z ? a->z[(size_t)j * (size_t)G + (size_t)g] : 8;
+        const double s = a->s[(size_t)j * (size_t)G + (size_t)g];
+        for (int32_t i = g * gs; i < (g + 1) * gs; i++) {
+            const double w = wq(a, j, i);
+            const double xb = epyq_bf16_to_f32(epyq_f32_to_bf16(xt[i]));
+            r.y += w * xt[i];
+            r.absw += fabs(w * xt[i]);
+            r.a8_q += fabs(w) * d;
+            r.c8 += fabs(w) * 127.0 * d;
+            r.c16 += fabs(s) * (abs((int)a->q[(size_t)j * (size_t)k + (size_t)i] - 8) + abs(z - 8)) *
+                     fabs(xb);
+        }
+    }
+    return r;
+}
+
+static void check_gemm_shape(int32_t n, int32_t k, int32_t gs, int32_t m, int asym) {
+    const epyq_kern_table *ref = epyq_kern_for_isa(EPYQ_ISA_REF);
+    mat a;
+    mat_make(&a, n, k, gs, asym);
+    float *x = act_make(m, k, 1);
+    const int32_t ldy = n + 5, G = k / gs;
+    refval *rv = malloc((size_t)m * (size_t)n * sizeof *rv);
+    ck_assert_ptr_nonnull(rv);
+    for (int32_t t = 0; t < m; t++)
+        for (int32_t j = 0; j < n; j++)
+            rv[(size_t)t * (size_t)n + (size_t)j] = ref_elem(&a, x + (size_t)t * (size_t)k, j);
+    for (int p = 0; p < 2; p++) {
+        const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+        epyq_act xr;
+        void *bref = act_buf(ref, &xr, x, m, k, gs, path);
+        float *yref = nan_buf((size_t)m * (size_t)ldy);
+        ref->w4_gemm(&a.w, 0, n, &xr, yref, ldy);
+        for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
+            const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+            if (!kt) continue;
+            epyq_act xa;
+            void *buf = act_buf(kt, &xa, x, m, k, gs, path);
+            float *y = nan_buf((size_t)m * (size_t)ldy), *y2 = nan_buf((size_t)m * (size_t)ldy);
+            kt->w4_gemm(&a.w, 0, n, &xa, y, ldy);
+            const int32_t cut = (int32_t)(rnd() % (uint32_t)(n + 1));
+            kt->w4_gemm(&a.w, 0, cut, &xa, y2, ldy);
+            kt->w4_gemm(&a.w, cut, n, &xa, y2, ldy);
+            for (int32_t t = 0; t < m; t++) {
+                const float *yt = y + (size_t)t * (size_t)ldy;
+                const float *rt = yref + (size_t)t * (size_t)ldy;
+                ck_assert_msg(memcmp(yt, y2 + (size_t)t * (size_t)ldy, (size_t)n * sizeof(float)) == 0,
+                              "%s: rows split at %d differ from one slice (t=%d n=%d k=%d)",
+                              kt->name, (int)cut, (int)t, (int)n, (int)k);
+                for (int32_t j = n; j < ldy; j++) ck_assert(isnan(yt[j]));
+                for (int32_t j = 0; j < n; j++) {
+                    const refval *r = &rv[(size_t)t * (size_t)n + (size_t)j];
+                    const double e = fabs((double)yt[j] - r->y);
+                    double bd, bref_tol;
+                    if (path == EPYQ_PATH_A8) {
+                        bd = (0.5 + 1e-4) * r->a8_q + (G + 3) * 0x1p-24 * r->c8;
+                        bref_tol = 0.0;
+                    } else {
+                        bd = 0x1p-8 * r->absw + (k + 4) * 0x1p-24 * r->c16;
+                        bref_tol = 2.0 * (k + 4) * 0x1p-24 * r->c16;
+                    }
+                    ck_assert_msg(isfinite(yt[j]) && e <= bd,
+                                  "%s %s %s: y[%d][%d] = %.9g, double %.9g, err %.3g > bound "
+                                  "%.3g (n=%d k=%d gs=%d m=%d)",
+                                  kt->name, p ? "A8" : "A16", asym ? "asym" : "sym", (int)t,
+                                  (int)j, yt[j], r->y, e, bd, (int)n, (int)k, (int)gs, (int)m);
+                    ck_assert_msg(fabs((double)yt[j] - rt[j]) <= bref_tol,
+                                  "%s %s: y[%d][%d] = %.9g vs ref twin %.9g (tol %.3g)",
+                                  kt->name, p ? "A8" : "A16", (int)t, (int)j, yt[j], rt[j],
+                                  bref_tol);
+                    if (r->absw > 0 && e / r->absw > stats.max_rel[p]) stats.max_rel[p] = e / r->absw;
+                }
+            }
+            /* A slice in the middle writes only its own columns. */
+            if (n > 2) {
+                float *y3 = nan_buf((size_t)m * (size_t)ldy);
+                kt->w4_gemm(&a.w, 1, n - 1, &xa, y3, ldy);
+                for (int32_t t = 0; t < m; t++)
+                    for (int32_t j = 0; j < ldy; j++) {
+                        const float v = y3[(size_t)t * (size_t)ldy + (size_t)j];
+                        if (j >= 1 && j < n - 1)
+                            ck_assert(memcmp(&v, &y[(size_t)t * (size_t)ldy + (size_t)j], 4) == 0);
+                        else
+                            ck_assert(isnan(v));
+                    }
+                free(y3);
+            }
+            free(y);
+            free(y2);
+            free(buf);
+        }
+        free(yref);
+        free(bref);
+    }
+    free(rv);
+    free(x);
+    mat_free(&a);
+}
+
+START_TEST(test_gemm_shapes) {
+    /* n (ragged), k, gs, m */
+    static const int32_t full[][4] = {
+        {1, 128, 128, 1},  {7, 256, 64, 3},   {15, 96, 32, 64},  {17, 384, 128, 8},
+        {33, 128, 32, 17}, {100, 512, 128, 32}, {16, 256, 128, 2}, {48, 1024, 128, 5},
+        {65, 192, 64, 64}, {31, 128, 128, 9},
+    };
+    static const int32_t fast[][4] = {
+        {1, 128, 128, 1}, {17, 256, 128, 8}, {33, 64, 32, 3}, {15, 128, 64, 33}};
+    const int f = fast_mode();
+    const size_t ns = f ? sizeof fast / sizeof fast[0] : sizeof full / sizeof full[0];
+    rng_state = 0x9e3779b97f4a7c15ull;
+    for (size_t si = 0; si < ns; si++)
+        for (int asym = 0; asym < 2; asym++) {
+            const int32_t *s = f ? fast[si] : full[si];
+            check_gemm_shape(s[0], s[1], s[2], s[3], asym);
+        }
+    printf("test_w4: worst |y - y_double| / sum|w x|: A16 %.3g, A8 %.3g\n", stats.max_rel[0],
+           stats.max_rel[1]);
+}
+END_TEST
+
+/* ---- fused expert ---------------------------------------------------------------------- */
+
+static double silu_d(double v) { return v / (1.0 + exp(-v)); }
+
+/* y_ref[t][o] = rw[t] sum_{i in [i0, i1)} down[o][i] silu(gate_i . x_t) (up_i . x_t), and
+ * the magnitude sum_i |down[o][i] h_i| the error is measured against. */
+static void expert_double(const mat *gate, const mat *up, const mat *down, int32_t i0,
+                          int32_t i1, const float *x, int32_t m, const float *rw, double *y,
+                          double *mag) {
+    const int32_t k = gate->c.k, nd = down->c.n;
+    double *h = malloc((size_t)(i1 - i0) * sizeof(double));
+    ck_assert_ptr_nonnull(h);
+    for (int32_t t = 0; t < m; t++) {
+        const float *xt = x + (size_t)t * (size_t)k;
+        for (int32_t i = i0; i < i1; i++) {
+            double g = 0, u = 0;
+            for (int32_t c = 0; c < k; c++) {
+                g += wq(gate, i, c) * xt[c];
+                u += wq(up, i, c) * xt[c];
+            }
+            h[i - i0] = silu_d(g) * u;
+        }
+        for (int32_t o = 0; o < nd; o++) {
+            double acc = 0, am = 0;
+            for (int32_t i = i0; i < i1; i++) {
+                acc += wq(down, o, i) * h[i - i0];
+                am += fabs(wq(down, o, i) * h[i - i0]);
+            }
+            y[(size_t)t * (size_t)nd + (size_t)o] = rw[t] * acc;
+            mag[(size_t)t * (size_t)nd + (size_t)o] = fabs(rw[t]) * am;
+        }
+    }
+    free(h);
+}
+
+static void check_expert(int32_t hidden, int32_t inter, int32_t gs, int32_t m, int asym) {
+    const epyq_kern_table *ref = epyq_kern_for_isa(EPYQ_ISA_REF);
+    mat gate, up, down;
+    mat_make(&gate, inter, hidden, gs, asym);
+    mat_make(&up, inter, hidden, gs, asym);
+    mat_make(&down, hidden, inter, gs, asym);
+    float *x = act_make(m, hidden, 0);
+    float *rw = malloc((size_t)m * sizeof(float));
+    ck_assert_ptr_nonnull(rw);
+    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    const int32_t ldy = hidden + 3, half = (inter / gs / 2) * gs;
+    const int32_t slices[3][2] = {{0, inter}, {0, half}, {half, inter}};
+    double *yd = malloc((size_t)m * (size_t)hidden * sizeof(double));
+    double *mag = malloc((size_t)m * (size_t)hidden * sizeof(double));
+    void *scratch = aligned_alloc(64, w4_align64(ref->w4_expert_scratch_bytes(m, inter, hidden)));
+    ck_assert(yd && mag && scratch);
+    for (int sl = 0; sl < 3; sl++) {
+        const int32_t i0 = slices[sl][0], i1 = slices[sl][1];
+        if (i1 <= i0) continue;
+        expert_double(&gate, &up, &down, i0, i1, x, m, rw, yd, mag);
+        for (int p = 0; p < 2; p++) {
+            const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+            epyq_act xr;
+            void *bref = act_buf(ref, &xr, x, m, hidden, gs, path);
+            float *yref = nan_buf((size_t)m * (size_t)ldy);
+            ref->w4_expert(&gate.w, &up.w, &down.w, i0, i1, &xr, rw, yref, ldy, scratch);
+            for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
+                const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+                if (!kt) continue;
+                epyq_act xa;
+                void *buf = act_buf(kt, &xa, x, m, hidden, gs, path);
+                float *y = nan_buf((size_t)m * (size_t)ldy);
+                kt->w4_expert(&gate.w, &up.w, &down.w, i0, i1, &xa, rw, y, ldy, scratch);
+                double num = 0, den = 0;
+                for (int32_t t = 0; t < m; t++)
+                    for (int32_t o = 0; o < ldy; o++) {
+                        const float v = y[(size_t)t * (size_t)ldy + (size_t)o];
+                        if (o >= hidden) {
+                            ck_assert(isnan(v));
+                            continue;
+                        }
+                        const float vr = yref[(size_t)t * (size_t)ldy + (size_t)o];
+                        const double d = yd[(size_t)t * (size_t)hidden + (size_t)o];
+                        const double mg = mag[(size_t)t * (size_t)hidden + (size_t)o];
+                        ck_assert_msg(isfinite(v), "%s expert: y[%d][%d] not written", kt->name,
+                                      (int)t, (int)o);
+                        /* A8: same bits as the twin. A16: fp32 order only, on top of the
+                         * bf16 rounding of x and h (<= 2^-8 relative each) the twin shares. */
+                        if (path == EPYQ_PATH_A8)
+                            ck_assert_msg(memcmp(&v, &vr, 4) == 0, "%s A8 expert [%d][%d]: %.9g vs %.9g",
+                                          kt->name, (int)t, (int)o, v, vr);
+                        else
+                            ck_assert_msg(fabs(v - vr) <= 1e-4 * mg, "%s A16 expert [%d][%d]: %.9g vs %.9g",
+                                          kt->name, (int)t, (int)o, v, vr);
+                        num += (v - d) * (v - d);
+                        den += d * d;
+                    }
+                /* Norm-wise error of the whole output against double. Two roundings
+                 * (x, then h) of at most 2^-8 relative (A16) or half an int8 step (A8; for
+                 * this uniform data amax/254 = sqrt(3)/254 rms) each: the bounds are twice
+                 * that per-term worst case. A wrong slice, group or weight gives O(1). */
+                const double rel = sqrt(num / den);
+                ck_assert_msg(rel <= (p ? 2.0 * 2.0 * 1.7320508 / 254.0 : 2.0 * 2.0 * 0x1p-8), "%s %s expert [%d,%d): rel err %.3g",
+                              kt->name, p ? "A8" : "A16", (int)i0, (int)i1, rel);
+                if (isa == EPYQ_ISA_REF)
+                    printf("test_w4: expert %s %s m=%d [%d,%d): rel l2 err %.3g\n",
+                           p ? "A8" : "A16", asym ? "asym" : "sym", (int)m, (int)i0, (int)i1, rel);
+                free(y);
+                free(buf);
+            }
+            free(yref);
+            free(bref);
+        }
+    }
+    free(scratch);
+    free(yd);
+    free(mag);
+    free(rw);
+    free(x);
+    mat_free(&gate);
+    mat_free(&up);
+    mat_free(&down);
+}
+
+START_TEST(test_expert) {
+    rng_state = 0x51ed2701u;
+    if (fast_mode()) {
+        check_expert(128, 64, 32, 3, 0);
+        check_expert(128, 128, 64, 1, 1);
+        return;
+    }
+    check_expert(256, 256, 128, 1, 0);
+    check_expert(256, 256, 128, 5, 1);
+    check_expert(128, 192, 64, 17, 0);
+    check_expert(192, 128, 32, 2, 1);
+}
+END_TEST
+
+static Suite *w4_suite(void) {
+    Suite *s = suite_create("w4");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_pack_roundtrip);
+    tcase_add_test(tc, test_pack_pinned_words);
+    tcase_add_test(tc, test_pack_refuses);
+    tcase_add_test(tc, test_gemm_shapes);
+    tcase_add_test(tc, test_expert);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++)
+        if (epyq_kern_for_isa((epyq_isa)isa))
+            printf("test_w4: testing table %s\n", epyq_isa_name((epyq_isa)isa));
+    SRunner *sr = srunner_create(w4_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
