@@ -21,13 +21,14 @@ void *epyq_model_alloc(size_t n, size_t size) {
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
                           epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
-    /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy */
+    /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy. Linears
+     * outside the MoE always take bf16 activations (see epyq_model_opts.path). */
     memset(a, 0, sizeof *a);
-    a->m = rows, a->k = k, a->gs = m->gs, a->path = m->path, a->f32 = x;
+    a->m = rows, a->k = k, a->gs = m->gs, a->path = EPYQ_PATH_A16, a->f32 = x;
     if (m->gs <= 0 || k % m->gs) return EPYQ_OK;
-    *buf = epyq_model_alloc(epyq_act_bytes(rows, k, m->gs, m->path), 1);
+    *buf = epyq_model_alloc(epyq_act_bytes(rows, k, m->gs, a->path), 1);
     if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);
-    m->kt->act_prep(a, x, rows, k, m->gs, m->path, *buf);
+    m->kt->act_prep(a, x, rows, k, m->gs, a->path, *buf);
     return EPYQ_OK;
 }
 

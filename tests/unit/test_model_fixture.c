@@ -1,0 +1,116 @@
+/* tests/unit/test_model_fixture.c — the runtime model against every fixture folder of
+ * ../shared/fixtures/models on both int4 numeric paths (A16, A8), with the fixture README's
+ * criteria for bf16 / int8 activations: per-row KL(expected ‖ got) mean < 1e-3 and max < 1e-2
+ * nats, top-1 agreement on every row whose expected margin is > 0.05, greedy ids (teacher-forced
+ * decode) and both MTP drafts. Prefill runs as one batch; decode one token per call. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "tests/e2e/conform.h"
+#include "tests/testutil.h"
+
+static const char *const folders[] = {"tiny-bf16", "tiny-bf16-fused", "tiny-gptq", "tiny-ct",
+                                      "tiny-quark"};
+
+static void expect_dist(const char *what, const conform_stats *s) {
+    ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean,
+                  s->kl_max);
+    ck_assert_msg(s->top1_ok == s->top1_n, "%s: top-1 %d/%d", what, s->top1_ok, s->top1_n);
+}
+
+static void check_folder(const char *name, epyq_numpath path) {
+    char sub[256], dir[4096], label[128];
+    snprintf(sub, sizeof sub, "fixtures/models/%s", name);
+    const char *p = epyq_test_shared(sub);
+    if (!p) {
+        printf("skip %s: ../shared not present\n", name);
+        return;
+    }
+    if (snprintf(dir, sizeof dir, "%s", p) >= (int)sizeof dir) return;
+    epyq_err err = {0};
+    epyq_model *m = NULL;
+    epyq_model_opts mo = {.path = path, .n_threads = 2};
+    ck_assert_msg(epyq_model_load(&m, dir, &mo, &err) == EPYQ_OK, "%s: %s", name, err.msg);
+    const epyq_config *c = epyq_model_config(m);
+    const int V = c->vocab_size, H = c->hidden_size;
+    int prompt[64], greedy[64], drafts[8];
+    int n = conform_read_ids(dir, "prompt.json", "ids", prompt, 64);
+    int ng = conform_read_ids(dir, "greedy.json", "ids", greedy, 64);
+    int nd = conform_read_drafts(dir, drafts, 8);
+    ck_assert(n > 1 && ng > 1 && nd == 2);
+    float *e_pre = conform_read_f32(dir, "logits_prefill.f32", (size_t)n * V);
+    float *e_dec = conform_read_f32(dir, "logits_decode.f32", (size_t)ng * V);
+    float *e_mtp = conform_read_f32(dir, "mtp_logits.f32", (size_t)nd * V);
+    ck_assert(e_pre && e_dec && e_mtp);
+
+    epyq_seq *s = NULL;
+    ck_assert(epyq_seq_create(&s, m, n + ng, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    float *got = malloc((size_t)(n + ng) * V * sizeof(float));
+    float *hid = malloc((size_t)(n + 1) * H * sizeof(float));
+    epyq_seq *seqs[64];
+    for (int i = 0; i < n; i++) seqs[i] = s;
+    epyq_batch b = {n, seqs, prompt, NULL};
+    ck_assert_msg(epyq_model_forward(m, &b, got, hid, &err) == EPYQ_OK, "%s", err.msg);
+    const char *pn = path == EPYQ_PATH_A8 ? "a8" : "a16";
+    conform_stats st;
+    conform_init(&st);
+    conform_add(&st, e_pre, got, n, V);
+    snprintf(label, sizeof label, "%s %s prefill", name, pn);
+    conform_print(label, &st);
+    expect_dist(label, &st);
+
+    /* teacher-forced decode: row 0 = last prefill row, row i feeds greedy[i-1] */
+    memcpy(got, got + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    for (int i = 1; i < ng; i++) {
+        epyq_batch d = {1, seqs, &greedy[i - 1], NULL};
+        ck_assert_msg(epyq_model_forward(m, &d, got + (size_t)i * V, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    }
+    conform_init(&st);
+    conform_add(&st, e_dec, got, ng, V);
+    snprintf(label, sizeof label, "%s %s decode", name, pn);
+    conform_print(label, &st);
+    expect_dist(label, &st);
+    /* every fixture step has margin > 0.05, so every greedy id must match */
+    for (int i = 0; i < ng; i++)
+        ck_assert_msg(conform_argmax_f(got + (size_t)i * V, V) == greedy[i], "%s step %d", label, i);
+
+    /* MTP: all prompt rows in one call (hidden h_r, token r+1, position r), then draft 2 */
+    int mtok[64], mpos[64];
+    for (int t = 0; t < n; t++) mtok[t] = t + 1 < n ? prompt[t + 1] : greedy[0], mpos[t] = t;
+    float *ho = malloc((size_t)n * H * sizeof(float));
+    ck_assert_msg(epyq_model_mtp(m, s, n, hid, mtok, mpos, 1, got, ho, &err) == EPYQ_OK, "%s", err.msg);
+    int d1 = conform_argmax_f(got, V), p2 = n;
+    ck_assert_int_eq(d1, drafts[0]);
+    ck_assert(epyq_model_mtp(m, s, 1, ho + (size_t)(n - 1) * H, &d1, &p2, 1, got + V, NULL, &err) == EPYQ_OK);
+    ck_assert_int_eq(conform_argmax_f(got + V, V), drafts[1]);
+    conform_init(&st);
+    conform_add(&st, e_mtp, got, nd, V);
+    snprintf(label, sizeof label, "%s %s mtp", name, pn);
+    conform_print(label, &st);
+    expect_dist(label, &st);
+
+    free(ho), free(got), free(hid), free(e_pre), free(e_dec), free(e_mtp);
+    epyq_seq_free(s);
+    epyq_model_free(m);
+}
+
+START_TEST(test_fixture_a16) { check_folder(folders[_i], EPYQ_PATH_A16); }
+END_TEST
+START_TEST(test_fixture_a8) { check_folder(folders[_i], EPYQ_PATH_A8); }
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model_fixture");
+    TCase *tc = tcase_create("fixtures");
+    int nf = (int)(sizeof folders / sizeof folders[0]);
+    tcase_add_loop_test(tc, test_fixture_a16, 0, nf);
+    tcase_add_loop_test(tc, test_fixture_a8, 0, nf);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
