@@ -68,6 +68,7 @@ typedef struct {
     epyq_qformat qformat;
     int32_t gptq_version;                     /* 1 or 2 (checkpoint_format gptq / gptq_v2) */
     bool quark_reorder;                       /* Quark pack_method: reorder (true) or order */
+    bool quark_signed;                        /* Quark dtype int4 (two's complement nibbles) vs uint4 */
     epyq_qconfig *qc;                         /* owned; NULL for EPYQ_QF_NONE */
 } epyq_config;
 

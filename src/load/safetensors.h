@@ -18,6 +18,10 @@
 
 #define EPYQ_ST_MAX_DIMS 8
 #define EPYQ_ST_HEADER_MAX 100000000u /* safetensors' own cap on the JSON header */
+#define EPYQ_ST_NAME_MAX 512u          /* longest tensor name accepted (real ones are < 100) */
+#define EPYQ_ST_MAX_TENSORS 2000000u   /* per checkpoint; the real per-expert model has ~100k */
+#define EPYQ_ST_MAX_SHARDS 4096u
+#define EPYQ_ST_INDEX_MAX (256u << 20)  /* model.safetensors.index.json size cap */
 
 typedef enum {
     EPYQ_DT_BOOL, EPYQ_DT_U8, EPYQ_DT_I8, EPYQ_DT_F8_E5M2, EPYQ_DT_F8_E4M3, EPYQ_DT_I16,

@@ -38,15 +38,19 @@ typedef struct {
     const epyq_tensor *qweight;  /* GPTQ qweight | CT weight_packed | Quark weight | AWQ qweight */
     const epyq_tensor *scales;   /* scales | weight_scale */
     const epyq_tensor *qzeros;   /* qzeros | weight_zero_point | NULL when symmetric */
-    const epyq_tensor *g_idx;    /* GPTQ/CT act-order; NULL if absent or trivial */
+    const epyq_tensor *g_idx;    /* GPTQ g_idx | CT weight_g_idx [n_in]; NULL if absent. Whether
+                                  * it is trivial (k / gs) is decided when decoding, so binding
+                                  * never reads weight data. */
 } epyq_linear;
 
 /* Decode to fp32 W [n_out][n_in] (exact: (q - z) * s for int4; widening for 16-bit). */
 epyq_status epyq_linear_dequant(const epyq_linear *l, const epyq_config *cfg, float *w, epyq_err *err);
-/* Decode an int4 linear to canonical form; q/s/z buffers sized [n_out][n_in] and
- * [n_out][n_in/gs]; z may be NULL in the result when the scheme is symmetric. A non-trivial
- * g_idx (act-order) is returned as perm[n_in] (input i of the canonical matrix reads x[perm[i]]),
- * else *has_perm = false. */
+/* Decode an int4 linear to canonical form (kernels-x86/kern.h epyq_q4_canon): q [n_out][n_in]
+ * codes 0..15, s [n_out][n_in/gs], z [n_out][n_in/gs] with W = (q - z) * s. z may be NULL when
+ * the scheme is symmetric (every zero is then 8; a stored zero other than 8 fails with E_ARG).
+ * A non-trivial g_idx (act-order) is returned as perm[n_in] (input i of the canonical matrix
+ * reads x[perm[i]]) with *has_perm = true; perm may be NULL only for linears without g_idx
+ * or with a trivial one. Scales are checked finite (E_FORMAT naming the tensor otherwise). */
 epyq_status epyq_linear_unpack_q4(const epyq_linear *l, const epyq_config *cfg, uint8_t *q,
                                   float *s, uint8_t *z, int32_t *perm, bool *has_perm, epyq_err *err);
 /* Bytes one full GEMV over this linear reads from the checkpoint's representation. */
@@ -112,12 +116,36 @@ typedef struct {
     size_t n_vision, n_mtp;          /* recognised tensors not used by the text trunk */
     size_t n_unexpected;
     char **unexpected;               /* [n_unexpected] names outside the architecture */
+    /* Linears whose stored precision disagrees with the config's ignore/exclude/dynamic rules
+     * (the tensors win, quant-formats.md §9 step 4); the first one is described. */
+    size_t n_qc_mismatch;
+    char qc_mismatch[256];
 } epyq_weights;
 
 typedef struct {
     bool allow_unexpected;  /* inspect: list them instead of refusing */
     bool skip_mtp;          /* do not bind mtp.* even if present */
 } epyq_bind_opts;
+
+/* What a linear is, for summaries (inspect's precision table, bytes per token). */
+typedef enum {
+    EPYQ_MK_GDN,          /* linear_attn in_proj_qkv/z/a/b, out_proj */
+    EPYQ_MK_ATTN,         /* self_attn q/k/v/o */
+    EPYQ_MK_ROUTER,       /* mlp.gate */
+    EPYQ_MK_EXPERT,       /* routed experts gate/up/down */
+    EPYQ_MK_SHARED,       /* shared_expert gate/up/down */
+    EPYQ_MK_SHARED_GATE,  /* shared_expert_gate */
+    EPYQ_MK_LM_HEAD,
+    EPYQ_MK_MTP_FC,       /* mtp.fc (the MTP layer's own linears use the kinds above) */
+    EPYQ_MK_COUNT
+} epyq_module_kind;
+const char *epyq_module_kind_name(epyq_module_kind k);
+
+/* Call fn for every bound linear: trunk layers in order (layer = index, expert = index or -1),
+ * then lm_head (layer -1), then the MTP head (mtp = true, layer 0). */
+typedef void (*epyq_linear_fn)(const epyq_linear *l, epyq_module_kind kind, int32_t layer, int32_t expert,
+                               bool mtp, void *ctx);
+void epyq_weights_foreach_linear(const epyq_weights *w, epyq_linear_fn fn, void *ctx);
 
 epyq_status epyq_weights_bind(epyq_weights **out, const char *dir, const epyq_bind_opts *opts,
                               epyq_err *err);
