@@ -1,0 +1,126 @@
+/* src/synth/quant.c — int4 round-to-nearest quantizers with each tool's own scale rule, and the
+ * per-format packers (quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in 0..15.
+ * All rounding is ties-to-even (rintf under the default FP environment), like torch.round. */
+#include <float.h>
+#include <math.h>
+
+#include "core/util.h"
+#include "synth/synth_int.h"
+
+static inline float to_bf16(float x) { return epyq_bf16_to_f32(epyq_f32_to_bf16(x)); }
+static inline float to_f16(float x) { return epyq_f16_to_f32(epyq_f32_to_f16(x)); }
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* One group of gs values: codes into q, returns the stored scale, sets *z. */
+static float quant_group(epyq_synth_format f, const float *x, int32_t gs, uint8_t *q, uint8_t *z) {
+    float mn = x[0], mx = x[0];
+    for (int32_t i = 1; i < gs; i++) {
+        mn = x[i] < mn ? x[i] : mn;
+        mx = x[i] > mx ? x[i] : mx;
+    }
+    switch (f) {
+    case EPYQ_SYNTH_GPTQ: {
+        /* GPTQModel Quantizer.find_params, sym: range widened to 0, made symmetric only when the
+         * group has a negative value (the "no negative value" quirk of §2 is kept). */
+        float lo = mn < 0 ? mn : 0, hi = mx > 0 ? mx : 0;
+        hi = fabsf(lo) > hi ? fabsf(lo) : hi;
+        if (lo < 0) lo = -hi;
+        if (lo == 0 && hi == 0) lo = -1, hi = 1;
+        float s = (hi - lo) / 15.0f;
+        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)clampi((int)rintf(x[i] / s) + 8, 0, 15);
+        *z = 8;
+        return to_f16(s); /* codes use the unrounded scale; the fp16 copy is what is stored */
+    }
+    case EPYQ_SYNTH_CT: {
+        /* compressed-tensors sym int4: absmax / 7.5 with 0 in range; divides in the bf16 dtype */
+        float lo = mn < 0 ? mn : 0, hi = mx > 0 ? mx : 0;
+        float am = fabsf(lo) > hi ? fabsf(lo) : hi;
+        float s = to_bf16(am / 7.5f);
+        if (s < FLT_EPSILON) s = to_bf16(FLT_EPSILON);
+        for (int32_t i = 0; i < gs; i++) {
+            float t = to_bf16(x[i] / s);
+            t = t < -8 ? -8 : t > 7 ? 7 : t;
+            q[i] = (uint8_t)((int)rintf(t) + 8);
+        }
+        *z = 8;
+        return s;
+    }
+    case EPYQ_SYNTH_QUARK: {
+        /* Quark int4 per_group symmetric: max(-min-, max+) / 7.5 floored at eps, x * (1/s) */
+        float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
+        float s = (lo > hi ? lo : hi) / 7.5f;
+        if (s < FLT_EPSILON) s = FLT_EPSILON;
+        float inv = 1.0f / s;
+        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)(clampi((int)rintf(x[i] * inv), -8, 7) + 8);
+        *z = 8;
+        return to_bf16(s);
+    }
+    case EPYQ_SYNTH_AWQ: {
+        /* AutoAWQ zero_point=True: raw min/max (0 not forced in), integer zero point */
+        float s = (mx - mn > 1e-5f ? mx - mn : 1e-5f) / 15.0f;
+        int zz = clampi(-(int)rintf(mn / s), 0, 15);
+        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)clampi((int)rintf(x[i] / s) + zz, 0, 15);
+        *z = (uint8_t)zz;
+        return to_f16(s);
+    }
+    default:
+        break;
+    }
+    return 0;
+}
+
+void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, int32_t gs, uint8_t *q,
+                    float *s, uint8_t *z) {
+    const int32_t gn = k / gs;
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t g = 0; g < gn; g++) {
+            size_t o = (size_t)r * (size_t)k + (size_t)g * (size_t)gs;
+            s[(size_t)r * gn + g] = quant_group(f, w + o, gs, q + o, z + (size_t)r * gn + g);
+        }
+}
+
+void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out) {
+    /* word (row, c): slot j = code of output c, input 8*row + j (packed along K, sequential) */
+    for (int32_t c = 0; c < n; c++) {
+        const uint8_t *p = q + (size_t)c * (size_t)k + (size_t)row * 8;
+        uint32_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint32_t)p[j] << (4 * j);
+        out[c] = w;
+    }
+}
+
+void synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_t g, uint32_t *out) {
+    /* v1 storage (checkpoint_format "gptq"): GPTQModel subtracts 0x11111111 from each v2 word */
+    for (int32_t c = 0; c < n / 8; c++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint32_t)z[(size_t)(8 * c + j) * gn + g] << (4 * j);
+        out[c] = w - 0x11111111u;
+    }
+}
+
+void synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out) {
+    /* word (row, c): slot j = q[row][8c + j]; q is already the signed code + 8 */
+    const uint8_t *p = q + (size_t)row * (size_t)k;
+    for (int32_t c = 0; c < (k + 7) / 8; c++) {
+        uint32_t w = 0;
+        for (int j = 0; j < 8 && 8 * c + j < k; j++) w |= (uint32_t)p[8 * c + j] << (4 * j);
+        out[c] = w;
+    }
+}
+
+void synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk, bool twos_compl,
+                        bool awq_order, uint32_t *out) {
+    /* slot i of word c holds output 8c + order[i]; AWQ order puts even outputs in the low half */
+    static const int awq[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (int32_t c = 0; c < (n + 7) / 8; c++) {
+        uint32_t w = 0;
+        for (int i = 0; i < 8; i++) {
+            int32_t o = 8 * c + (awq_order ? awq[i] : i);
+            if (o >= n) continue; /* Quark leaves padding slots 0 */
+            uint32_t nib = q[(size_t)o * (size_t)stride + (size_t)kk];
+            if (twos_compl) nib ^= 8; /* signed code q - 8 as a two's-complement nibble */
+            w |= nib << (4 * i);
+        }
+        out[c] = w;
+    }
+}
