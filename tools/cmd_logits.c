@@ -1,0 +1,243 @@
+/* tools/cmd_logits.c — `epyq logits`: conformance output for given token ids.
+ *
+ * Writes little-endian float32 logits [rows × vocab]: one row per prompt position, then one per
+ * greedy decode step (row n-1+i chose decode token i, the layout of the fixtures'
+ * logits_decode.f32 from row n-1 on), then with --mtp the draft rows (the fixtures'
+ * mtp_logits.f32). A one-line JSON summary (argmax ids, drafts) goes to stdout. Runs the
+ * optimised runtime model, or with --ref the double-precision reference (src/ref). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "model/model.h"
+#include "model/sample.h"
+#include "ref/ref_forward.h"
+#include "tools/cmd.h"
+
+#define MAX_IDS 65536
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
+            "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+            "\n"
+            "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
+            "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
+            "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
+            "\n"
+            "  -m, --model DIR    checkpoint folder\n"
+            "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
+            "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
+            "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
+            "                     --mtp-drafts chained drafts (default 2)\n"
+            "  --mtp-drafts K     number of draft rows with --mtp\n"
+            "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
+            "  --ref              use the plain-C double-precision reference (small models only)\n"
+            "  --path P           int4 expert kernels' numeric path: a16 (default) or a8\n"
+            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
+            "                     (same as EPYQ_MAX_ISA)\n"
+            "  -t, --threads N    threads (default: one per allowed CPU)\n"
+            "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+            "  -h, --help         this text\n");
+}
+
+typedef struct {
+    const char *dir, *out;
+    int ids[MAX_IDS], n_ids, n_decode, n_drafts, threads;
+    bool mtp, ref;
+    epyq_numpath path;
+    epyq_kv_type kv;
+} opts;
+
+/* rows of the output: prompt + decode, then drafts */
+typedef struct {
+    float *rows;   /* [n_rows][V] */
+    int32_t V, n_rows, n_trunk;
+    int drafts[16];
+} result;
+
+static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
+    epyq_weights *w = NULL;
+    epyq_bind_opts bo = {.skip_mtp = !o->mtp};
+    epyq_status st = epyq_weights_bind(&w, o->dir, &bo, err);
+    if (st != EPYQ_OK) return st;
+    int32_t V = w->cfg.vocab_size, H = w->cfg.hidden_size, n = o->n_ids;
+    epyq_ref *ref = NULL;
+    double *lg = malloc((size_t)V * sizeof(double));
+    double *hid = malloc((size_t)n * H * sizeof(double)), *ho = malloc((size_t)H * sizeof(double));
+    if (!lg || !hid || !ho) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    if (st == EPYQ_OK) st = epyq_ref_create(&ref, w, n + o->n_decode + o->n_drafts + 1, err);
+    for (int t = 0; st == EPYQ_OK && t < n + o->n_decode; t++) {
+        /* prompt tokens, then each decode step feeds the previous row's argmax */
+        int tok = t < n ? o->ids[t] : epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
+        st = epyq_ref_forward(ref, tok, lg, t < n ? hid + (size_t)t * H : NULL, err);
+        for (int32_t i = 0; st == EPYQ_OK && i < V; i++) r->rows[(size_t)t * V + i] = (float)lg[i];
+    }
+    if (st == EPYQ_OK && o->mtp) {
+        int target = epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
+        for (int t = 0; st == EPYQ_OK && t < n; t++)
+            st = epyq_ref_mtp(ref, hid + (size_t)t * H, t + 1 < n ? o->ids[t + 1] : target, t, lg, ho, err);
+        for (int d = 0; st == EPYQ_OK && d < o->n_drafts; d++) {
+            float *row = r->rows + (size_t)(r->n_trunk + d) * V;
+            for (int32_t i = 0; i < V; i++) row[i] = (float)lg[i];
+            r->drafts[d] = epyq_argmax(row, V);
+            if (d + 1 < o->n_drafts) st = epyq_ref_mtp(ref, ho, r->drafts[d], n + d, lg, ho, err);
+        }
+    }
+    epyq_ref_free(ref);
+    free(lg), free(hid), free(ho);
+    epyq_weights_free(w);
+    return st;
+}
+
+static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
+    epyq_model *m = NULL;
+    epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp};
+    epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
+    if (st != EPYQ_OK) return st;
+    int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
+    if (o->mtp && !epyq_model_has_mtp(m)) st = epyq_err_set(err, EPYQ_E_ARG, "%s has no MTP head", o->dir);
+    epyq_seq *s = NULL;
+    epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    float *hid = malloc((size_t)n * H * sizeof(float));
+    if (!seqs || !hid) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    if (st == EPYQ_OK) st = epyq_seq_create(&s, m, n + o->n_decode + o->n_drafts + 1, o->kv, err);
+    if (st == EPYQ_OK) {
+        for (int i = 0; i < n; i++) seqs[i] = s;
+        epyq_batch b = {n, seqs, o->ids, NULL};
+        st = epyq_model_forward(m, &b, r->rows, hid, err);
+    }
+    for (int t = n; st == EPYQ_OK && t < n + o->n_decode; t++) {
+        int tok = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
+        epyq_batch b = {1, seqs, &tok, NULL};
+        st = epyq_model_forward(m, &b, r->rows + (size_t)t * V, NULL, err);
+    }
+    if (st == EPYQ_OK && o->mtp) {
+        int *tok = malloc((size_t)n * sizeof(int)), *pos = malloc((size_t)n * sizeof(int));
+        float *ho = malloc((size_t)n * H * sizeof(float));
+        if (!tok || !pos || !ho) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        for (int t = 0; st == EPYQ_OK && t < n; t++) {
+            tok[t] = t + 1 < n ? o->ids[t + 1] : epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
+            pos[t] = t;
+        }
+        float *row = r->rows + (size_t)r->n_trunk * V;
+        if (st == EPYQ_OK) st = epyq_model_mtp(m, s, n, hid, tok, pos, 1, row, ho, err);
+        const float *h = ho + (size_t)(n - 1) * H;
+        for (int d = 0; st == EPYQ_OK && d < o->n_drafts; d++) {
+            r->drafts[d] = epyq_argmax(row, V);
+            if (d + 1 == o->n_drafts) break;
+            int p = n + d;
+            row += V;
+            st = epyq_model_mtp(m, s, 1, h, &r->drafts[d], &p, 1, row, ho, err);
+            h = ho;
+        }
+        free(tok), free(pos), free(ho);
+    }
+    epyq_seq_free(s);
+    free(seqs), free(hid);
+    epyq_model_free(m);
+    return st;
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},   {"ids", required_argument, 0, 'i'},
+        {"decode", required_argument, 0, 'n'},  {"mtp", no_argument, 0, 'M'},
+        {"mtp-drafts", required_argument, 0, 'D'}, {"output", required_argument, 0, 'o'},
+        {"ref", no_argument, 0, 'R'},           {"path", required_argument, 0, 'P'},
+        {"isa", required_argument, 0, 'I'},     {"threads", required_argument, 0, 't'},
+        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    o->n_drafts = 2;
+    o->n_ids = -1;
+    int c;
+    char *end;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->dir = optarg; break;
+        case 'i':
+            o->n_ids = epyq_parse_int_list(optarg, o->ids, MAX_IDS);
+            if (o->n_ids < 1) return fprintf(stderr, "epyq logits: --ids: expected a list like 1,2,3\n"), 2;
+            break;
+        case 'n':
+        case 'D':
+        case 't': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 0 || v > MAX_IDS || (c == 'D' && (v < 1 || v > 16)))
+                return fprintf(stderr, "epyq logits: bad number '%s'\n", optarg), 2;
+            *(c == 'n' ? &o->n_decode : c == 'D' ? &o->n_drafts : &o->threads) = (int)v;
+            break;
+        }
+        case 'M': o->mtp = true; break;
+        case 'o': o->out = optarg; break;
+        case 'R': o->ref = true; break;
+        case 'P':
+            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
+            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
+            else return fprintf(stderr, "epyq logits: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            break;
+        case 'I':
+            if (epyq_isa_parse(optarg) < 0)
+                return fprintf(stderr, "epyq logits: --isa: expected ref|avx2|avx512|avx512_vnni|avx512_bf16\n"), 2;
+            setenv("EPYQ_MAX_ISA", optarg, 1);
+            break;
+        case 'K':
+            if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
+            else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
+            else return fprintf(stderr, "epyq logits: --kv-type: expected bf16 or fp8\n"), 2;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "epyq logits: bad option (try --help)\n"); return 2;
+        }
+    }
+    if (optind < argc) return fprintf(stderr, "epyq logits: unexpected argument '%s'\n", argv[optind]), 2;
+    if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
+    if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
+    return -1;
+}
+
+int epyq_cmd_logits(int argc, char **argv) {
+    opts *o = calloc(1, sizeof *o);
+    if (!o) return fprintf(stderr, "epyq: out of memory\n"), 1;
+    int rc = parse(argc, argv, o);
+    if (rc >= 0) {
+        free(o);
+        return rc;
+    }
+    epyq_err err = {0};
+    epyq_status st = epyq_kern_init(&err);
+    epyq_config cfg;
+    bool have_cfg = false;
+    if (st == EPYQ_OK) st = epyq_config_load(&cfg, o->dir, &err);
+    have_cfg = st == EPYQ_OK;
+    result r = {0};
+    if (st == EPYQ_OK) {
+        r.V = cfg.vocab_size;
+        r.n_trunk = o->n_ids + o->n_decode;
+        r.n_rows = r.n_trunk + (o->mtp ? o->n_drafts : 0);
+        r.rows = calloc((size_t)r.n_rows * r.V, sizeof(float));
+        if (!r.rows) st = epyq_err_set(&err, EPYQ_E_NOMEM, "logits [%d][%d]: out of memory", r.n_rows, r.V);
+    }
+    if (st == EPYQ_OK) st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err);
+    if (st == EPYQ_OK && o->out)
+        st = epyq_file_write_atomic(o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err);
+    if (st == EPYQ_OK) {
+        printf("{\"rows\": %d, \"vocab\": %d, \"prompt\": %d, \"decode\": %d, \"argmax\": [", r.n_rows, r.V,
+               o->n_ids, o->n_decode);
+        for (int i = 0; i < r.n_trunk; i++)
+            printf("%s%d", i ? ", " : "", epyq_argmax(r.rows + (size_t)i * r.V, r.V));
+        printf("], \"drafts\": [");
+        for (int d = 0; o->mtp && d < o->n_drafts; d++) printf("%s%d", d ? ", " : "", r.drafts[d]);
+        printf("], \"engine\": \"%s\"}\n", o->ref ? "ref" : epyq_kern()->name);
+    } else {
+        fprintf(stderr, "epyq: %s\n", err.msg);
+    }
+    if (have_cfg) epyq_config_free(&cfg);
+    free(r.rows);
+    free(o);
+    return st == EPYQ_OK ? 0 : 1;
+}
