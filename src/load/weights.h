@@ -147,6 +147,31 @@ typedef void (*epyq_linear_fn)(const epyq_linear *l, epyq_module_kind kind, int3
                                bool mtp, void *ctx);
 void epyq_weights_foreach_linear(const epyq_weights *w, epyq_linear_fn fn, void *ctx);
 
+/* Sizes for summaries (inspect, bench). Bytes are of the on-disk representation unless said. */
+typedef struct {
+    uint64_t q4_count, q4_bytes;       /* int4 linears: packed codes + scales (+ zeros if asymmetric) */
+    uint64_t dense_count, dense_bytes; /* 16/32-bit linears */
+    uint64_t params;                   /* n_out * n_in summed */
+} epyq_prec_row;
+
+typedef struct {
+    epyq_prec_row kind[EPYQ_MK_COUNT]; /* trunk linears by kind */
+    epyq_prec_row mtp;                 /* every linear of the MTP head */
+    uint64_t other_bytes;              /* trunk non-linear tensors: embedding, norms, conv1d, A_log, dt_bias */
+    uint64_t mtp_other_bytes;          /* MTP norms */
+    /* One decoded token at batch 1 without speculation (model.md §8.2): every mixer linear,
+     * router, num_experts_per_tok average experts, shared expert and its gate, lm_head, the
+     * small per-layer tensors and one embedding row. */
+    uint64_t token_bytes, token_params;
+    /* What the runtime keeps in memory: 16/32-bit tensors as stored, int4 linears in the
+     * kernels' packed layout (epyq_w4_pack_bytes); MTP included when bound. */
+    uint64_t resident_bytes;
+    /* Per sequence: bf16 KV bytes per token of context, fp32 Gated DeltaNet state + conv tail. */
+    uint64_t kv_bytes_per_token, gdn_state_bytes;
+} epyq_weights_stats;
+
+void epyq_weights_stats_get(const epyq_weights *w, epyq_weights_stats *s);
+
 epyq_status epyq_weights_bind(epyq_weights **out, const char *dir, const epyq_bind_opts *opts,
                               epyq_err *err);
 void epyq_weights_free(epyq_weights *w);
