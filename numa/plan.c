@@ -1,0 +1,724 @@
+/* numa/plan.c — the placement plan: groups, threads, experts, dense weights, memory checks. */
+#include "numa/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MAX_LIST 16384
+
+/* ---- model presets --------------------------------------------------------------------- */
+
+void epyq_numa_model_35b_a3b(epyq_numa_model *m, bool int4) {
+    /* model.md §8.1: experts are 3 x hidden 2048 x moe_intermediate 512 params. Everything
+     * else (mixers, shared experts, router, norms, embedding, lm_head) is "dense". */
+    const uint64_t expert_params = 3ull * 2048 * 512;
+    const uint64_t text_params = 34660610688ull;
+    const uint64_t expert_total = expert_params * 256 * 40;
+    /* Of the dense params these are quantized at int4 (GDN + attention projections, shared
+     * experts); the rest (embedding, lm_head, router, gates, conv, norms) stay BF16. */
+    const uint64_t dense_quant = 1006632960ull + 272629760ull + 125829120ull;
+    const uint64_t dense_bf16 = text_params - expert_total - dense_quant;
+    *m = (epyq_numa_model){.name = int4 ? "35b-a3b int4 g128" : "35b-a3b bf16", .n_layers = 40,
+                           .n_experts = 256, .top_k = 8};
+    if (int4) {
+        /* W4A16 g128 symmetric: 64 bytes of nibbles + one BF16 scale per 128 params. */
+        m->expert_bytes = expert_params / 128 * 66;
+        m->dense_bytes = dense_quant / 128 * 66 + dense_bf16 * 2;
+    } else {
+        m->expert_bytes = expert_params * 2;
+        m->dense_bytes = (text_params - expert_total) * 2;
+    }
+}
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+void epyq_numa_opts_init(epyq_numa_opts *o) {
+    *o = (epyq_numa_opts){.mode = EPYQ_NUMA_AUTO, .reserve_bytes = 1ull << 30, .home_cpu = -1};
+}
+
+static const char *const mode_names[] = {"auto", "off", "distribute", "isolate", "numactl", "replicate-dense"};
+
+const char *epyq_numa_mode_name(epyq_numa_mode m) {
+    return (unsigned)m < sizeof mode_names / sizeof mode_names[0] ? mode_names[m] : "?";
+}
+
+const char epyq_numa_opts_help[] =
+    "  --numa MODE         auto|off|distribute|isolate|numactl|replicate-dense (EPYQ_NUMA; default auto)\n"
+    "  --numa-split N      treat this machine's cores and memory as N logical NUMA nodes (EPYQ_NUMA_SPLIT)\n"
+    "  --numa-fallback     move experts off nodes that lack memory instead of failing\n"
+    "  -t, --threads N     total threads, default one per physical core of the nodes used (EPYQ_THREADS)\n"
+    "  --nodes LIST        use only these NUMA nodes, e.g. 0,2 (EPYQ_NODES)\n"
+    "  -C, --cpu-range L   use only these CPUs, e.g. 0-31,64-95 (EPYQ_CPU_RANGE)\n";
+
+static epyq_status parse_mode(const char *s, epyq_numa_mode *out, epyq_err *err) {
+    for (size_t i = 0; i < sizeof mode_names / sizeof mode_names[0]; i++)
+        if (strcmp(s, mode_names[i]) == 0) {
+            *out = (epyq_numa_mode)i;
+            return EPYQ_OK;
+        }
+    return epyq_err_set(err, EPYQ_E_ARG,
+                        "--numa \"%s\": expected auto, off, distribute, isolate, numactl or replicate-dense", s);
+}
+
+static epyq_status parse_count(const char *what, const char *s, int32_t lo, int32_t hi, int32_t *out,
+                               epyq_err *err) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return epyq_err_set(err, EPYQ_E_ARG, "%s \"%s\": expected an integer in %d..%d", what, s, (int)lo, (int)hi);
+    *out = (int32_t)v;
+    return EPYQ_OK;
+}
+
+epyq_status epyq_numa_opts_from_env(epyq_numa_opts *o, epyq_err *err) {
+    const char *v;
+    epyq_status st;
+    if ((v = getenv("EPYQ_NUMA")) && *v && (st = parse_mode(v, &o->mode, err)) != EPYQ_OK)
+        return epyq_err_prefix(err, "EPYQ_NUMA: ");
+    if ((v = getenv("EPYQ_THREADS")) && *v && (st = parse_count("EPYQ_THREADS", v, 0, 1 << 16, &o->n_threads, err)))
+        return st;
+    if ((v = getenv("EPYQ_NUMA_SPLIT")) && *v &&
+        (st = parse_count("EPYQ_NUMA_SPLIT", v, 0, 256, &o->split, err)) != EPYQ_OK)
+        return st;
+    if ((v = getenv("EPYQ_NODES")) && *v) o->nodes = v;
+    if ((v = getenv("EPYQ_CPU_RANGE")) && *v) o->cpu_range = v;
+    return EPYQ_OK;
+}
+
+int epyq_numa_opts_parse_arg(epyq_numa_opts *o, int argc, char **argv, int *i, epyq_err *err) {
+    static const struct {
+        const char *flag, *alias;
+    } flags[] = {{"--numa", NULL},    {"--numa-split", NULL}, {"--threads", "-t"},
+                 {"--nodes", NULL},   {"--cpu-range", "-C"},  {"--numa-fallback", NULL}};
+    const char *arg = argv[*i];
+    for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+        const char *name = flags[f].flag;
+        size_t len = strlen(name);
+        const char *val = NULL;
+        bool match = false;
+        if (strcmp(arg, name) == 0 || (flags[f].alias && strcmp(arg, flags[f].alias) == 0)) {
+            match = true;
+        } else if (strncmp(arg, name, len) == 0 && arg[len] == '=') {
+            match = true;
+            val = arg + len + 1;
+        }
+        if (!match) continue;
+        if (f == 5) {
+            if (val) {
+                epyq_err_set(err, EPYQ_E_ARG, "--numa-fallback takes no value");
+                return -1;
+            }
+            o->fallback = true;
+            return 1;
+        }
+        if (!val) {
+            if (*i + 1 >= argc) {
+                epyq_err_set(err, EPYQ_E_ARG, "%s needs a value", arg);
+                return -1;
+            }
+            val = argv[++*i];
+        }
+        epyq_status st = EPYQ_OK;
+        switch (f) {
+        case 0: st = parse_mode(val, &o->mode, err); break;
+        case 1: st = parse_count("--numa-split", val, 0, 256, &o->split, err); break;
+        case 2: st = parse_count("--threads", val, 0, 1 << 16, &o->n_threads, err); break;
+        case 3: o->nodes = val; break;
+        default: o->cpu_range = val; break;
+        }
+        return st == EPYQ_OK ? 1 : -1;
+    }
+    return 0;
+}
+
+/* ---- plan construction ------------------------------------------------------------------ */
+
+typedef struct {
+    int32_t topo_index;    /* node whose memory the group uses */
+    int32_t n_pus;
+    int32_t *pus;          /* [n_pus] candidate CPUs, cores first then SMT siblings */
+    int32_t n_cores;
+    char note[128];
+} group_build;
+
+static void plan_free_groups(epyq_numa_plan *p) {
+    if (!p->groups) return;
+    for (int32_t g = 0; g < p->n_groups; g++) free(p->groups[g].cpus);
+    free(p->groups);
+    p->groups = NULL;
+}
+
+void epyq_numa_plan_free(epyq_numa_plan *p) {
+    if (!p) return;
+    plan_free_groups(p);
+    free(p->expert_group);
+    free(p);
+}
+
+static void add_note(epyq_numa_plan *p, const char *fmt, const char *a, long b) {
+    size_t used = strlen(p->notes);
+    if (used + 2 >= sizeof p->notes) return;
+    if (used) p->notes[used++] = ';', p->notes[used++] = ' ', p->notes[used] = '\0';
+    snprintf(p->notes + used, sizeof p->notes - used, fmt, a, b);
+}
+
+/* Node number as the user sees it: OS index, or the logical index in split mode. */
+static int32_t node_number(const epyq_topo *t, int32_t i) { return t->split ? i : t->nodes[i].os_index; }
+
+static bool node_has_memory(const epyq_topo_node *n) { return n->mem_allowed && n->mem_bytes > 0; }
+
+static epyq_status check_model(const epyq_numa_model *m, epyq_err *err) {
+    if (m->n_layers < 1 || m->n_experts < 1 || m->n_experts > 32767 || m->top_k < 1 || m->top_k > m->n_experts)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "numa plan: model %s has %d layers x %d experts, top-%d; expected >= 1 layer, "
+                            "1..32767 experts and 1 <= top_k <= experts",
+                            m->name ? m->name : "?", (int)m->n_layers, (int)m->n_experts, (int)m->top_k);
+    size_t n, bytes;
+    if (!epyq_mul_size((size_t)m->n_layers, (size_t)m->n_experts, &n) ||
+        !epyq_mul_size(n, (size_t)m->expert_bytes, &bytes) || !epyq_add_size(bytes, (size_t)m->dense_bytes, &bytes))
+        return epyq_err_set(err, EPYQ_E_ARG, "numa plan: model %s: total bytes overflow", m->name ? m->name : "?");
+    return EPYQ_OK;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* -C: every listed CPU must be one this process may use; then keep only those. */
+static epyq_status apply_cpu_range(epyq_topo *t, const char *range, epyq_err *err) {
+    int32_t *list = malloc(sizeof *list * MAX_LIST);
+    if (!list) return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+    int32_t n = epyq_topo_parse_list(range, MAX_LIST, list, MAX_LIST, "-C/--cpu-range", err);
+    epyq_status st = n < 0 ? err->code : EPYQ_OK;
+    for (int32_t k = 0; st == EPYQ_OK && k < n; k++) {
+        bool found = false;
+        for (int32_t i = 0; i < t->n_nodes && !found; i++)
+            for (int32_t p = 0; p < t->nodes[i].n_pus && !found; p++) found = t->nodes[i].pus[p] == list[k];
+        if (!found) {
+            int32_t missing = list[k];
+            /* Name the CPUs that are available, so the fix is obvious. */
+            int32_t n_have = 0;
+            for (int32_t i = 0; i < t->n_nodes; i++)
+                for (int32_t p = 0; p < t->nodes[i].n_pus && n_have < MAX_LIST; p++) list[n_have++] = t->nodes[i].pus[p];
+            qsort(list, (size_t)n_have, sizeof *list, cmp_i32);
+            char have[256];
+            epyq_topo_format_list(list, n_have, have, sizeof have);
+            st = epyq_err_set(err, EPYQ_E_NUMA,
+                              "-C %s: cpu %d is not available to this process (%s; usable CPUs: %s)", range,
+                              (int)missing, t->this_system ? "taskset/cgroup/offline" : "not in the topology", have);
+        }
+    }
+    if (st == EPYQ_OK) st = epyq_topo_restrict(t, list, n, NULL, 0, err);
+    free(list);
+    return st;
+}
+
+/* --nodes: which nodes (by printed number) the plan may use. */
+static epyq_status select_nodes(const epyq_topo *t, const char *nodes, bool *sel, int32_t *first, epyq_err *err) {
+    *first = -1;
+    if (!nodes) {
+        for (int32_t i = 0; i < t->n_nodes; i++) sel[i] = true;
+        return EPYQ_OK;
+    }
+    int32_t list[1024];
+    int32_t n = epyq_topo_parse_list(nodes, 1 << 20, list, 1024, "--nodes", err);
+    if (n < 0) return err->code;
+    for (int32_t i = 0; i < t->n_nodes; i++) sel[i] = false;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t found = -1;
+        for (int32_t i = 0; i < t->n_nodes; i++)
+            if (node_number(t, i) == list[k]) found = i;
+        if (found < 0) {
+            int32_t have[1024];
+            for (int32_t i = 0; i < t->n_nodes && i < 1024; i++) have[i] = node_number(t, i);
+            char hs[256];
+            epyq_topo_format_list(have, t->n_nodes < 1024 ? t->n_nodes : 1024, hs, sizeof hs);
+            return epyq_err_set(err, EPYQ_E_NUMA, "--nodes %s: node %d does not exist or is not usable here (nodes: %s)",
+                                nodes, (int)list[k], hs);
+        }
+        sel[found] = true;
+    }
+    /* The first node the user named (isolate uses it), not the lowest. */
+    const char *p = nodes;
+    long v = strtol(p, NULL, 10);
+    for (int32_t i = 0; i < t->n_nodes; i++)
+        if (node_number(t, i) == v) *first = i;
+    return EPYQ_OK;
+}
+
+static uint32_t distance(const epyq_topo *t, int32_t a, int32_t b) {
+    if (t->distance) return t->distance[(size_t)a * (size_t)t->n_nodes + (size_t)b];
+    if (a == b) return 10;
+    /* Without a distance table: same package is near, anything else far. */
+    return t->nodes[a].package == t->nodes[b].package ? 12 : 20;
+}
+
+/* Append node src's PUs to g: first PU of each core, then the SMT siblings at the end. */
+static bool group_add_pus(group_build *g, const epyq_topo_node *src) {
+    int32_t *grow = realloc(g->pus, sizeof *grow * (size_t)(g->n_pus + src->n_pus + 1));
+    if (!grow) return false;
+    g->pus = grow;
+    /* Keep cores (first PUs) ahead of siblings across merged nodes: insert new cores at n_cores. */
+    int32_t *cores = malloc(sizeof *cores * (size_t)(src->n_pus + 1));
+    int32_t *sibs = malloc(sizeof *sibs * (size_t)(src->n_pus + 1));
+    if (!cores || !sibs) {
+        free(cores);
+        free(sibs);
+        return false;
+    }
+    int32_t nc = 0, ns = 0;
+    for (int32_t p = 0; p < src->n_pus; p++) {
+        bool first = true;
+        for (int32_t q = 0; q < p && first; q++) first = src->pu_core[q] != src->pu_core[p];
+        if (first)
+            cores[nc++] = src->pus[p];
+        else
+            sibs[ns++] = src->pus[p];
+    }
+    int32_t old_sibs = g->n_pus - g->n_cores;
+    memmove(g->pus + g->n_cores + nc, g->pus + g->n_cores, sizeof *g->pus * (size_t)old_sibs);
+    memcpy(g->pus + g->n_cores, cores, sizeof *cores * (size_t)nc);
+    memcpy(g->pus + g->n_cores + nc + old_sibs, sibs, sizeof *sibs * (size_t)ns);
+    g->n_cores += nc;
+    g->n_pus += src->n_pus;
+    free(cores);
+    free(sibs);
+    return true;
+}
+
+/* Build the node groups for a multi-group mode. */
+static epyq_status build_groups(epyq_numa_plan *p, const epyq_topo *t, const bool *sel, bool merge_memoryless,
+                                group_build *gb, int32_t *n_out, epyq_err *err) {
+    int32_t n = 0;
+    int32_t *group_of = malloc(sizeof *group_of * (size_t)t->n_nodes);
+    if (!group_of) return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+    for (int32_t i = 0; i < t->n_nodes; i++) {
+        group_of[i] = -1;
+        if (!sel[i]) continue;
+        const epyq_topo_node *nd = &t->nodes[i];
+        bool has_mem = node_has_memory(nd) || !merge_memoryless;
+        if (nd->n_pus > 0 && has_mem) {
+            gb[n].topo_index = i;
+            if (!group_add_pus(&gb[n], nd)) goto oom;
+            group_of[i] = n++;
+        } else if (nd->n_pus == 0) {
+            add_note(p, "node %s%ld has no usable CPU: left out (its memory is not used)", "", (long)node_number(t, i));
+        }
+    }
+    if (n == 0) {
+        free(group_of);
+        return epyq_err_set(err, EPYQ_E_NUMA,
+                            "numa plan: topology %s: none of the selected nodes has both usable CPUs and memory",
+                            t->source);
+    }
+    /* Memoryless nodes lend their CPUs to the nearest group (distance, then lower index). */
+    for (int32_t i = 0; i < t->n_nodes; i++) {
+        if (!sel[i] || group_of[i] >= 0 || t->nodes[i].n_pus == 0) continue;
+        int32_t best = 0;
+        for (int32_t g = 1; g < n; g++)
+            if (distance(t, i, gb[g].topo_index) < distance(t, i, gb[best].topo_index)) best = g;
+        if (!group_add_pus(&gb[best], &t->nodes[i])) goto oom;
+        size_t used = strlen(gb[best].note);
+        snprintf(gb[best].note + used, sizeof gb[best].note - used, "%s+ CPUs of memoryless node %d",
+                 used ? ", " : "", (int)node_number(t, i));
+    }
+    free(group_of);
+    *n_out = n;
+    return EPYQ_OK;
+oom:
+    free(group_of);
+    return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+}
+
+/* Threads per group: default one per core; -t N spread in proportion to cores (largest
+ * remainder, ties to the lower group), then capped by each group's PUs. */
+static epyq_status assign_threads(epyq_numa_plan *p, group_build *gb, int32_t n, int32_t want, epyq_err *err) {
+    int32_t total_pus = 0;
+    for (int32_t g = 0; g < n; g++) total_pus += gb[g].n_pus;
+    int32_t *count = calloc((size_t)n, sizeof *count);
+    if (!count) return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+    if (want == 0) {
+        for (int32_t g = 0; g < n; g++) count[g] = gb[g].n_cores;
+    } else {
+        if (want > total_pus) {
+            free(count);
+            return epyq_err_set(err, EPYQ_E_NUMA, "-t %d: only %d CPUs are usable on the %d node%s selected", (int)want,
+                                (int)total_pus, (int)n, n == 1 ? "" : "s");
+        }
+        if (want < n) {
+            free(count);
+            return epyq_err_set(err, EPYQ_E_NUMA,
+                                "-t %d is fewer than the %d NUMA nodes the plan uses; each node needs a thread "
+                                "(use --nodes, --numa isolate or --numa off)", (int)want, (int)n);
+        }
+        /* Proportional to PUs, so SMT siblings are used evenly once cores run out. */
+        int32_t given = 0;
+        for (int32_t g = 0; g < n; g++) {
+            count[g] = (int32_t)((int64_t)want * gb[g].n_pus / total_pus);
+            if (count[g] < 1) count[g] = 1;
+            given += count[g];
+        }
+        while (given > want) {
+            int32_t big = 0;
+            for (int32_t g = 1; g < n; g++)
+                if (count[g] > count[big]) big = g;
+            count[big]--;
+            given--;
+        }
+        while (given < want) {
+            int32_t best = -1;
+            for (int32_t g = 0; g < n; g++) {
+                if (count[g] >= gb[g].n_pus) continue;
+                /* Most room relative to size: count/pus smallest. */
+                if (best < 0 || (int64_t)count[g] * gb[best].n_pus < (int64_t)count[best] * gb[g].n_pus) best = g;
+            }
+            count[best]++;
+            given++;
+        }
+    }
+    p->n_threads = 0;
+    for (int32_t g = 0; g < n; g++) {
+        epyq_numa_group *out = &p->groups[g];
+        out->n_threads = count[g];
+        out->cpus = malloc(sizeof *out->cpus * (size_t)(count[g] > 0 ? count[g] : 1));
+        if (!out->cpus) {
+            free(count);
+            return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+        }
+        memcpy(out->cpus, gb[g].pus, sizeof *out->cpus * (size_t)count[g]);
+        p->n_threads += count[g];
+    }
+    free(count);
+    return EPYQ_OK;
+}
+
+static double expert_freq(const epyq_numa_model *m, int32_t layer, int32_t e) {
+    if (m->expert_freq) return m->expert_freq[(size_t)layer * (size_t)m->n_experts + (size_t)e];
+    return (double)m->top_k / (double)m->n_experts;
+}
+
+/* Experts, heaviest first within each layer, each to the group furthest behind its share of
+ * expert count (integer math: share = threads_g / threads_total); ties go to the group with
+ * the least traffic in this layer per thread, then the lower index. With uniform traffic and
+ * equal groups this is a round robin that carries on across layers, so totals differ by at
+ * most one expert and every layer is spread evenly. */
+static epyq_status assign_experts(epyq_numa_plan *p, const epyq_numa_model *m, epyq_err *err) {
+    int32_t n = p->n_groups, ne = m->n_experts;
+    int64_t *count = calloc((size_t)n, sizeof *count);
+    double *layer_traffic = calloc((size_t)n, sizeof *layer_traffic);
+    int32_t *order = malloc(sizeof *order * (size_t)ne);
+    if (!count || !layer_traffic || !order) {
+        free(count);
+        free(layer_traffic);
+        free(order);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+    }
+    int64_t total = 0;
+    for (int32_t l = 0; l < m->n_layers; l++) {
+        for (int32_t e = 0; e < ne; e++) order[e] = e;
+        if (m->expert_freq) {
+            /* Stable insertion sort by descending frequency (n_experts is small). */
+            for (int32_t a = 1; a < ne; a++)
+                for (int32_t b = a; b > 0 && expert_freq(m, l, order[b]) > expert_freq(m, l, order[b - 1]); b--) {
+                    int32_t tmp = order[b];
+                    order[b] = order[b - 1];
+                    order[b - 1] = tmp;
+                }
+        }
+        for (int32_t g = 0; g < n; g++) layer_traffic[g] = 0.0;
+        for (int32_t k = 0; k < ne; k++) {
+            int32_t e = order[k];
+            int32_t best = -1;
+            int64_t best_def = 0;
+            for (int32_t g = 0; g < n; g++) {
+                int64_t def = (int64_t)p->groups[g].n_threads * (total + 1) - count[g] * p->n_threads;
+                bool better = best < 0 || def > best_def;
+                if (!better && def == best_def)
+                    better = layer_traffic[g] * p->groups[best].n_threads <
+                             layer_traffic[best] * p->groups[g].n_threads;
+                if (better) {
+                    best = g;
+                    best_def = def;
+                }
+            }
+            p->expert_group[(size_t)l * (size_t)ne + (size_t)e] = (int16_t)best;
+            count[best]++;
+            total++;
+            layer_traffic[best] += expert_freq(m, l, e);
+        }
+    }
+    free(count);
+    free(layer_traffic);
+    free(order);
+    return EPYQ_OK;
+}
+
+static void tally(epyq_numa_plan *p, const epyq_numa_model *m) {
+    for (int32_t g = 0; g < p->n_groups; g++) {
+        p->groups[g].n_experts = 0;
+        p->groups[g].expert_bytes = 0;
+        p->groups[g].traffic = 0.0;
+    }
+    for (int32_t l = 0; l < m->n_layers; l++)
+        for (int32_t e = 0; e < m->n_experts; e++) {
+            epyq_numa_group *g = &p->groups[p->expert_group[(size_t)l * (size_t)m->n_experts + (size_t)e]];
+            g->n_experts++;
+            g->expert_bytes += m->expert_bytes;
+            g->traffic += expert_freq(m, l, e) * (double)m->expert_bytes;
+        }
+}
+
+static uint64_t need_of(const epyq_numa_group *g) { return g->expert_bytes + g->dense_bytes; }
+
+/* Every node must hold its share. With a fallback, experts move (last layer first) from
+ * nodes over capacity to the node with the most room. */
+static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, bool fallback, uint64_t reserve,
+                                epyq_err *err) {
+    for (int32_t g = 0; g < p->n_groups; g++) {
+        epyq_numa_group *gr = &p->groups[g];
+        if (need_of(gr) <= gr->capacity) continue;
+        if (!fallback || gr->dense_bytes > gr->capacity) {
+            return epyq_err_set(err, EPYQ_E_NOMEM,
+                                "numa plan: node %d needs %.2f GiB (experts %.2f GiB + dense %.2f GiB) but has "
+                                "%.2f GiB after the %.2f GiB reserve%s",
+                                (int)gr->node, (double)need_of(gr) / GIB, (double)gr->expert_bytes / GIB,
+                                (double)gr->dense_bytes / GIB, (double)gr->capacity / GIB,
+                                (double)reserve / GIB,
+                                fallback ? " (dense weights alone do not fit)"
+                                         : "; use --numa-fallback, more nodes, or less -t/--nodes restriction");
+        }
+        int64_t moved = 0;
+        for (int32_t l = m->n_layers - 1; l >= 0 && need_of(gr) > gr->capacity; l--)
+            for (int32_t e = m->n_experts - 1; e >= 0 && need_of(gr) > gr->capacity; e--) {
+                int16_t *slot = &p->expert_group[(size_t)l * (size_t)m->n_experts + (size_t)e];
+                if (*slot != g) continue;
+                int32_t dest = -1;
+                uint64_t room = 0;
+                for (int32_t h = 0; h < p->n_groups; h++) {
+                    uint64_t need = need_of(&p->groups[h]);
+                    uint64_t free_h = p->groups[h].capacity > need ? p->groups[h].capacity - need : 0;
+                    if (h != g && free_h >= m->expert_bytes && free_h > room) {
+                        dest = h;
+                        room = free_h;
+                    }
+                }
+                if (dest < 0) {
+                    uint64_t total_need = 0, total_cap = 0;
+                    for (int32_t h = 0; h < p->n_groups; h++) {
+                        total_need += need_of(&p->groups[h]);
+                        total_cap += p->groups[h].capacity;
+                    }
+                    return epyq_err_set(err, EPYQ_E_NOMEM,
+                                        "numa plan: the model needs %.2f GiB but the %d node%s used have %.2f GiB "
+                                        "after reserves; node %d is still %.2f GiB short",
+                                        (double)total_need / GIB, (int)p->n_groups, p->n_groups == 1 ? "" : "s",
+                                        (double)total_cap / GIB, (int)gr->node,
+                                        (double)(need_of(gr) - gr->capacity) / GIB);
+                }
+                *slot = (int16_t)dest;
+                gr->expert_bytes -= m->expert_bytes;
+                gr->n_experts--;
+                p->groups[dest].expert_bytes += m->expert_bytes;
+                p->groups[dest].n_experts++;
+                moved++;
+            }
+        p->fallback_used = true;
+        add_note(p, "fallback: node %s%ld lacked memory; experts moved to nodes with room", "", (long)gr->node);
+        (void)moved;
+    }
+    tally(p, m);
+    return EPYQ_OK;
+}
+
+epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *model, const epyq_numa_opts *opts,
+                                epyq_numa_plan **out, epyq_err *err) {
+    *out = NULL;
+    epyq_status st = check_model(model, err);
+    if (st != EPYQ_OK) return st;
+    epyq_numa_plan *p = calloc(1, sizeof *p);
+    epyq_topo *t = NULL;
+    bool *sel = NULL;
+    group_build *gb = NULL;
+    int32_t n_gb = 0;
+    if (!p) return epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+    p->asked = opts->mode;
+    p->n_layers = model->n_layers;
+    p->n_experts = model->n_experts;
+    p->model_bytes = model->expert_bytes * (uint64_t)model->n_layers * (uint64_t)model->n_experts + model->dense_bytes;
+    snprintf(p->model_name, sizeof p->model_name, "%s", model->name ? model->name : "model");
+
+    if ((st = epyq_topo_clone(topo, &t, err)) != EPYQ_OK) goto fail;
+    if (opts->cpu_range && (st = apply_cpu_range(t, opts->cpu_range, err)) != EPYQ_OK) goto fail;
+    if (opts->split > 0) {
+        epyq_topo *s = NULL;
+        if ((st = epyq_topo_split(t, opts->split, &s, err)) != EPYQ_OK) goto fail;
+        epyq_topo_free(t);
+        t = s;
+        p->split = true;
+        p->shared_cores = t->shared_cores;
+        if (t->shared_cores)
+            add_note(p, "split into %s%ld logical nodes on fewer cores: nodes share cores", "", (long)opts->split);
+    }
+    snprintf(p->topo_source, sizeof p->topo_source, "%s", t->source);
+    sel = calloc((size_t)t->n_nodes, sizeof *sel);
+    gb = calloc((size_t)t->n_nodes, sizeof *gb);
+    if (!sel || !gb) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+        goto fail;
+    }
+    int32_t first_named = -1;
+    if ((st = select_nodes(t, opts->nodes, sel, &first_named, err)) != EPYQ_OK) goto fail;
+
+    /* Resolve the mode. */
+    epyq_numa_mode mode = opts->mode;
+    bool fallback = opts->fallback;
+    if (mode == EPYQ_NUMA_AUTO) {
+        mode = EPYQ_NUMA_DISTRIBUTE;
+        fallback = true;
+    }
+    if (mode == EPYQ_NUMA_ISOLATE) {
+        int32_t home = first_named;
+        for (int32_t i = 0; home < 0 && opts->home_cpu >= 0 && i < t->n_nodes; i++)
+            for (int32_t k = 0; k < t->nodes[i].n_pus; k++)
+                if (t->nodes[i].pus[k] == opts->home_cpu && sel[i]) home = i;
+        for (int32_t i = 0; home < 0 && i < t->n_nodes; i++)
+            if (sel[i] && t->nodes[i].n_pus > 0 && node_has_memory(&t->nodes[i])) home = i;
+        for (int32_t i = 0; i < t->n_nodes; i++) sel[i] = i == home;
+        if (home < 0) {
+            st = epyq_err_set(err, EPYQ_E_NUMA, "--numa isolate: no selected node has both CPUs and memory");
+            goto fail;
+        }
+    }
+    p->mode = mode;
+    p->bind_memory = mode != EPYQ_NUMA_OFF && mode != EPYQ_NUMA_NUMACTL;
+    p->replicate_dense = mode == EPYQ_NUMA_REPLICATE_DENSE;
+
+    if (mode == EPYQ_NUMA_OFF) {
+        /* One group with every selected CPU; memory is wherever the kernel puts it. */
+        n_gb = 1;
+        gb[0].topo_index = -1;
+        for (int32_t i = 0; i < t->n_nodes; i++)
+            if (sel[i] && !group_add_pus(&gb[0], &t->nodes[i])) {
+                st = epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+                goto fail;
+            }
+        if (gb[0].n_pus == 0) {
+            st = epyq_err_set(err, EPYQ_E_NUMA, "--numa off: no usable CPU in topology %s", t->source);
+            goto fail;
+        }
+    } else {
+        st = build_groups(p, t, sel, mode != EPYQ_NUMA_NUMACTL, gb, &n_gb, err);
+        if (st != EPYQ_OK) goto fail;
+    }
+
+    p->n_groups = n_gb;
+    p->groups = calloc((size_t)n_gb, sizeof *p->groups);
+    p->expert_group = malloc(sizeof *p->expert_group * (size_t)model->n_layers * (size_t)model->n_experts);
+    if (!p->groups || !p->expert_group) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
+        goto fail;
+    }
+    uint64_t total_mem = 0;
+    for (int32_t i = 0; i < t->n_nodes; i++)
+        if (sel[i] && node_has_memory(&t->nodes[i])) total_mem += t->nodes[i].mem_bytes;
+    for (int32_t g = 0; g < n_gb; g++) {
+        epyq_numa_group *gr = &p->groups[g];
+        int32_t ti = gb[g].topo_index;
+        gr->node = ti >= 0 ? node_number(t, ti) : -1;
+        gr->os_index = ti >= 0 && p->bind_memory ? t->nodes[ti].os_index : -1;
+        /* Unbound modes (off, numactl) are checked against all memory the policy allows. */
+        uint64_t mem = ti >= 0 && p->bind_memory ? (node_has_memory(&t->nodes[ti]) ? t->nodes[ti].mem_bytes : 0)
+                                                 : total_mem / (uint64_t)n_gb;
+        uint64_t reserve = opts->reserve_bytes;
+        gr->capacity = mem > reserve ? mem - reserve : 0;
+        snprintf(gr->note, sizeof gr->note, "%s", gb[g].note);
+    }
+    if ((st = assign_threads(p, gb, n_gb, opts->n_threads, err)) != EPYQ_OK) goto fail;
+    if ((st = assign_experts(p, model, err)) != EPYQ_OK) goto fail;
+    tally(p, model);
+    for (int32_t g = 0; g < n_gb; g++) {
+        /* Interleaving spreads dense pages evenly; the first nodes take the remainder. */
+        uint64_t share = model->dense_bytes / (uint64_t)n_gb + ((uint64_t)g < model->dense_bytes % (uint64_t)n_gb);
+        p->groups[g].dense_bytes = p->replicate_dense ? model->dense_bytes : share;
+    }
+    if ((st = check_memory(p, model, fallback, opts->reserve_bytes, err)) != EPYQ_OK) goto fail;
+    if (opts->mode == EPYQ_NUMA_AUTO)
+        add_note(p, "auto: distribute over %s%ld node(s)", "", (long)n_gb);
+
+    for (int32_t g = 0; g < t->n_nodes; g++) free(gb[g].pus);
+    free(gb);
+    free(sel);
+    epyq_topo_free(t);
+    *out = p;
+    return EPYQ_OK;
+fail:
+    if (gb)
+        for (int32_t g = 0; g < (t ? t->n_nodes : 0); g++) free(gb[g].pus);
+    free(gb);
+    free(sel);
+    epyq_topo_free(t);
+    epyq_numa_plan_free(p);
+    return st;
+}
+
+/* ---- printing ----------------------------------------------------------------------------- */
+
+void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
+    fprintf(f, "NUMA plan: mode %s", epyq_numa_mode_name(p->mode));
+    if (p->asked != p->mode) fprintf(f, " (asked %s)", epyq_numa_mode_name(p->asked));
+    fprintf(f, ", model %s (%.2f GiB), topology %s\n", p->model_name, (double)p->model_bytes / GIB, p->topo_source);
+    fprintf(f, "%5s %4s %8s %12s %10s %10s %13s %11s %8s  %s\n", "node", "os", "experts", "GiB experts", "GiB dense",
+            "GiB total", "GiB capacity", "MiB/token", "threads", "PUs");
+    uint64_t te = 0, td = 0;
+    int64_t tn = 0;
+    double tt = 0.0;
+    for (int32_t g = 0; g < p->n_groups; g++) {
+        const epyq_numa_group *gr = &p->groups[g];
+        char pus[256], node[16], os[16];
+        /* Workers are listed in pinning order; print them sorted as a CPU list. */
+        int32_t sorted[4096];
+        int32_t n = gr->n_threads < 4096 ? gr->n_threads : 4096;
+        memcpy(sorted, gr->cpus, sizeof *sorted * (size_t)n);
+        for (int32_t a = 1; a < n; a++)
+            for (int32_t b = a; b > 0 && sorted[b - 1] > sorted[b]; b--) {
+                int32_t tmp = sorted[b];
+                sorted[b] = sorted[b - 1];
+                sorted[b - 1] = tmp;
+            }
+        epyq_topo_format_list(sorted, n, pus, sizeof pus);
+        snprintf(node, sizeof node, gr->node >= 0 ? "%d" : "all", (int)gr->node);
+        snprintf(os, sizeof os, gr->os_index >= 0 ? "%d" : "-", (int)gr->os_index);
+        fprintf(f, "%5s %4s %8d %12.2f %10.2f %10.2f %13.2f %11.1f %8d  %s%s%s\n", node, os, (int)gr->n_experts,
+                (double)gr->expert_bytes / GIB, (double)gr->dense_bytes / GIB,
+                (double)(gr->expert_bytes + gr->dense_bytes) / GIB, (double)gr->capacity / GIB,
+                gr->traffic / (1024.0 * 1024.0), (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
+        te += gr->expert_bytes;
+        td += gr->dense_bytes;
+        tn += gr->n_experts;
+        tt += gr->traffic;
+    }
+    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %11.1f %8d\n", "total", "", (long long)tn, (double)te / GIB,
+            (double)td / GIB, (double)(te + td) / GIB, "", tt / (1024.0 * 1024.0), (int)p->n_threads);
+    fprintf(f, "dense weights: %s; memory %s\n",
+            p->replicate_dense ? "one copy per node" : p->n_groups > 1 ? "interleaved over the nodes" : "on the node",
+            p->bind_memory ? "bound to each node before first touch" : "not bound by epyq (kernel/inherited policy)");
+    if (p->notes[0]) fprintf(f, "notes: %s\n", p->notes);
+}
+
+epyq_status epyq_numa_plan_inspect(FILE *f, const char *topology, const epyq_numa_model *model,
+                                   const epyq_numa_opts *opts, epyq_err *err) {
+    epyq_topo *t = NULL;
+    epyq_status st = epyq_topo_load(&t, topology, err);
+    if (st != EPYQ_OK) return st;
+    epyq_topo_print(f, t);
+    epyq_numa_plan *p = NULL;
+    st = epyq_numa_plan_make(t, model, opts, &p, err);
+    if (st == EPYQ_OK) epyq_numa_plan_print(f, p);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+    return st;
+}

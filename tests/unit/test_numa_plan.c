@@ -1,0 +1,664 @@
+/* tests/unit/test_numa_plan.c — numa/topo.h and numa/plan.h on synthetic and XML topologies
+ * (NPS4, NPS1, Genoa interleaved numbering, asymmetric, memoryless, CPU-less), split mode,
+ * balance and determinism of plans, memory checks and the errors for impossible requests. */
+#include <check.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "numa/plan.h"
+#include "numa/topo.h"
+
+#define GIB (1ull << 30)
+#define NPS4 "pack:2 numa:4(memory=192GiB) core:8 pu:2"
+
+static const char *xml_path(const char *name) {
+    static char buf[4096];
+    const char *src = getenv("EPYQ_SRCDIR");
+    snprintf(buf, sizeof buf, "%s/numa/topologies/%s", src && *src ? src : ".", name);
+    return buf;
+}
+
+static epyq_topo *load(const char *spec) {
+    epyq_topo *t = NULL;
+    epyq_err err = {0};
+    epyq_status st = epyq_topo_load(&t, spec, &err);
+    ck_assert_msg(st == EPYQ_OK, "load %s: %s", spec ? spec : "(this machine)", err.msg);
+    return t;
+}
+
+static epyq_numa_plan *plan(const epyq_topo *t, const epyq_numa_model *m, const epyq_numa_opts *o) {
+    epyq_numa_plan *p = NULL;
+    epyq_err err = {0};
+    epyq_status st = epyq_numa_plan_make(t, m, o, &p, &err);
+    ck_assert_msg(st == EPYQ_OK, "plan on %s: %s", t->source, err.msg);
+    return p;
+}
+
+static epyq_status plan_err(const epyq_topo *t, const epyq_numa_model *m, const epyq_numa_opts *o, epyq_err *err) {
+    epyq_numa_plan *p = NULL;
+    epyq_status st = epyq_numa_plan_make(t, m, o, &p, err);
+    ck_assert_ptr_null(p);
+    return st;
+}
+
+static void list_str(const int32_t *v, int32_t n, char *buf, size_t size) { epyq_topo_format_list(v, n, buf, size); }
+
+/* ---- topology -------------------------------------------------------------------------- */
+
+START_TEST(test_topo_synthetic_nps4) {
+    epyq_topo *t = load(NPS4);
+    ck_assert_int_eq(t->n_nodes, 8);
+    ck_assert_int_eq(t->n_packages, 2);
+    ck_assert(!t->this_system);
+    for (int32_t i = 0; i < 8; i++) {
+        const epyq_topo_node *n = &t->nodes[i];
+        ck_assert_int_eq(n->os_index, i);
+        ck_assert_int_eq(n->package, i / 4);
+        ck_assert_uint_eq(n->mem_bytes, 192 * GIB);
+        ck_assert_int_eq(n->n_pus, 16);
+        ck_assert_int_eq(n->pus[0], 16 * i);
+        int32_t cores[32];
+        ck_assert_int_eq(epyq_topo_node_cores(n, cores, 32), 8);
+        /* pu:2 numbers siblings next to each other: cores start at even ids. */
+        for (int32_t c = 0; c < 8; c++) ck_assert_int_eq(cores[c], 16 * i + 2 * c);
+    }
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_topo_genoa_interleaved_xml) {
+    epyq_topo *t = load(xml_path("genoa-2s-nps1-interleaved.xml"));
+    ck_assert_int_eq(t->n_nodes, 2);
+    char buf[256];
+    list_str(t->nodes[0].pus, t->nodes[0].n_pus, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0-31,64-95");
+    list_str(t->nodes[1].pus, t->nodes[1].n_pus, buf, sizeof buf);
+    ck_assert_str_eq(buf, "32-63,96-127");
+    int32_t cores[64];
+    int32_t nc = epyq_topo_node_cores(&t->nodes[1], cores, 64);
+    list_str(cores, nc, buf, sizeof buf);
+    ck_assert_str_eq(buf, "32-63");
+    ck_assert_ptr_nonnull(t->distance);
+    ck_assert_uint_eq(t->distance[0], 10);
+    ck_assert_uint_eq(t->distance[1], 32);
+    ck_assert_uint_eq(t->nodes[0].mem_bytes, 384 * GIB);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_topo_memoryless_and_cpuless) {
+    epyq_topo *t = load(xml_path("memoryless-node.xml"));
+    ck_assert_int_eq(t->n_nodes, 3);
+    ck_assert_uint_eq(t->nodes[1].mem_bytes, 0);
+    ck_assert_int_eq(t->nodes[1].n_pus, 8);
+    ck_assert_int_eq(t->nodes[1].pus[0], 8);
+    epyq_topo_free(t);
+    t = load(xml_path("cxl-cpuless-node.xml"));
+    ck_assert_int_eq(t->n_nodes, 3);
+    /* The CXL node's locality is the whole machine; its CPUs must stay with nodes 0 and 1. */
+    ck_assert_int_eq(t->nodes[2].n_pus, 0);
+    ck_assert_int_eq(t->nodes[0].n_pus, 8);
+    ck_assert_int_eq(t->nodes[1].n_pus, 8);
+    ck_assert_uint_eq(t->nodes[2].mem_bytes, 256 * GIB);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_topo_restrict_like_numactl) {
+    epyq_topo *t = load(xml_path("genoa-2s-nps1-interleaved.xml"));
+    int32_t cpus[] = {32, 33, 96};
+    int32_t mems[] = {1};
+    epyq_err err = {0};
+    ck_assert_int_eq(epyq_topo_restrict(t, cpus, 3, mems, 1, &err), EPYQ_OK);
+    ck_assert_int_eq(t->n_nodes, 1);
+    ck_assert_int_eq(t->nodes[0].os_index, 1);
+    ck_assert_int_eq(t->nodes[0].n_pus, 3);
+    ck_assert_uint_eq(t->distance[0], 10);
+    /* Nothing left at all is an error, not an empty topology. */
+    int32_t none[] = {5000};
+    ck_assert_int_eq(epyq_topo_restrict(t, none, 1, NULL, 0, &err), EPYQ_OK);
+    ck_assert_int_eq(t->n_nodes, 1); /* memory on node 1 is still usable */
+    int32_t other[] = {0};
+    ck_assert_int_eq(epyq_topo_restrict(t, none, 1, other, 1, &err), EPYQ_E_NUMA);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_topo_this_machine_and_split) {
+    epyq_topo *t = load(NULL);
+    ck_assert(t->this_system);
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof mask, &mask);
+    int32_t total = 0;
+    for (int32_t i = 0; i < t->n_nodes; i++) {
+        total += t->nodes[i].n_pus;
+        for (int32_t p = 0; p < t->nodes[i].n_pus; p++) ck_assert(CPU_ISSET(t->nodes[i].pus[p], &mask));
+    }
+    ck_assert_int_eq(total, CPU_COUNT(&mask));
+
+    epyq_err err = {0};
+    for (int32_t n = 1; n <= 4; n++) {
+        epyq_topo *s = NULL;
+        ck_assert_msg(epyq_topo_split(t, n, &s, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_int_eq(s->n_nodes, n);
+        ck_assert_int_eq(s->split, n);
+        uint64_t mem = 0;
+        int32_t seen = 0;
+        for (int32_t k = 0; k < n; k++) {
+            ck_assert_int_ge(s->nodes[k].n_pus, 1);
+            seen += s->nodes[k].n_pus;
+            mem += s->nodes[k].mem_bytes;
+            ck_assert_int_ge(epyq_topo_find_os(t, s->nodes[k].os_index), 0);
+        }
+        uint64_t real_mem = 0;
+        for (int32_t i = 0; i < t->n_nodes; i++) real_mem += t->nodes[i].mem_bytes;
+        ck_assert_uint_le(mem, real_mem);
+        ck_assert_uint_ge(mem + (uint64_t)n, real_mem); /* only rounding is lost */
+        /* Enough cores: every CPU in exactly one logical node. */
+        if (!s->shared_cores) ck_assert_int_eq(seen, total);
+        else ck_assert_int_gt(n, total);
+        epyq_topo_free(s);
+    }
+    ck_assert_int_eq(epyq_topo_split(t, 0, &(epyq_topo *){NULL}, &err), EPYQ_E_ARG);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_topo_lists_and_bad_specs) {
+    int32_t v[256];
+    epyq_err err = {0};
+    ck_assert_int_eq(epyq_topo_parse_list("64-95,0-31", 1024, v, 256, "-C", &err), 64);
+    ck_assert_int_eq(v[0], 0);
+    ck_assert_int_eq(v[32], 64);
+    ck_assert_int_eq(epyq_topo_parse_list("3,1,3", 1024, v, 256, "-C", &err), 2);
+    const char *bad[] = {"", "3-1", "a", "1,,2", "1-", "-1", "2048", "1 2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(epyq_topo_parse_list(bad[i], 1024, v, 256, "-C", &err) == -1, "accepted \"%s\"", bad[i]);
+        ck_assert(strstr(err.msg, "-C"));
+    }
+    char buf[64];
+    int32_t w[] = {0, 1, 2, 5, 7, 8};
+    epyq_topo_format_list(w, 6, buf, sizeof buf);
+    ck_assert_str_eq(buf, "0-2,5,7-8");
+
+    epyq_topo *t = NULL;
+    ck_assert_int_eq(epyq_topo_load(&t, "pack:2 bogus:3", &err), EPYQ_E_NUMA);
+    ck_assert(strstr(err.msg, "synthetic"));
+    ck_assert_int_eq(epyq_topo_load(&t, "/nonexistent/topo.xml", &err), EPYQ_E_NUMA);
+    ck_assert(strstr(err.msg, "/nonexistent/topo.xml"));
+    ck_assert_ptr_null(t);
+}
+END_TEST
+
+/* ---- plans ----------------------------------------------------------------------------- */
+
+static void check_no_node_over_memory(const epyq_numa_plan *p) {
+    for (int32_t g = 0; g < p->n_groups; g++)
+        ck_assert_msg(p->groups[g].expert_bytes + p->groups[g].dense_bytes <= p->groups[g].capacity,
+                      "node %d over its memory", p->groups[g].node);
+}
+
+/* Recount the plan's expert table independently of the plan's own tallies. */
+static void count_experts(const epyq_numa_plan *p, int32_t layer, int64_t *per_group) {
+    for (int32_t g = 0; g < p->n_groups; g++) per_group[g] = 0;
+    for (int32_t l = 0; l < p->n_layers; l++)
+        if (layer < 0 || l == layer)
+            for (int32_t e = 0; e < p->n_experts; e++) {
+                int16_t g = p->expert_group[l * p->n_experts + e];
+                ck_assert(g >= 0 && g < p->n_groups);
+                per_group[g]++;
+            }
+}
+
+START_TEST(test_plan_nps4_full_model) {
+    epyq_topo *t = load(NPS4);
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    /* model.md §8: 34 660 610 688 text params; W4A16 g128 with BF16 embedding/lm_head ≈ 19.4 GB. */
+    uint64_t total = m.expert_bytes * 40 * 256 + m.dense_bytes;
+    ck_assert_uint_eq(m.expert_bytes, 3145728ull / 128 * 66);
+    ck_assert(total > 19300000000ull && total < 19500000000ull);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    epyq_numa_plan *p = plan(t, &m, &o);
+    ck_assert_int_eq(p->mode, EPYQ_NUMA_DISTRIBUTE);
+    ck_assert_int_eq(p->n_groups, 8);
+    ck_assert(p->bind_memory);
+    int64_t cnt[8];
+    count_experts(p, -1, cnt);
+    for (int32_t g = 0; g < 8; g++) {
+        ck_assert_int_eq(cnt[g], 1280);
+        ck_assert_int_eq(p->groups[g].n_experts, 1280);
+        ck_assert_int_eq(p->groups[g].os_index, g);
+        ck_assert_int_eq(p->groups[g].n_threads, 8);
+        /* One worker per physical core, in core order. */
+        for (int32_t w = 0; w < 8; w++) ck_assert_int_eq(p->groups[g].cpus[w], 16 * g + 2 * w);
+        ck_assert_uint_eq(p->groups[g].dense_bytes * 8 / 8, p->groups[g].dense_bytes);
+    }
+    for (int32_t l = 0; l < 40; l++) {
+        count_experts(p, l, cnt);
+        for (int32_t g = 0; g < 8; g++) ck_assert_int_eq(cnt[g], 32);
+    }
+    uint64_t dense = 0;
+    for (int32_t g = 0; g < 8; g++) dense += p->groups[g].dense_bytes;
+    ck_assert_uint_eq(dense, m.dense_bytes);
+    check_no_node_over_memory(p);
+
+    /* Same inputs, same plan. */
+    epyq_numa_plan *q = plan(t, &m, &o);
+    ck_assert_int_eq(memcmp(p->expert_group, q->expert_group, sizeof *p->expert_group * 40 * 256), 0);
+    epyq_numa_plan_free(q);
+
+    /* The table names every node with its share. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    epyq_numa_plan_print(f, p);
+    fclose(f);
+    ck_assert(strstr(text, "GiB experts"));
+    ck_assert(strstr(text, "1280"));
+    ck_assert(strstr(text, "112,114"));
+    free(text);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_balance_odd_nodes) {
+    /* 3 nodes do not divide 256: totals must still differ by at most one expert. */
+    epyq_topo *t = load("pack:1 numa:3(memory=64GiB) core:4 pu:1");
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    epyq_numa_plan *p = plan(t, &m, &o);
+    int64_t cnt[3];
+    count_experts(p, -1, cnt);
+    int64_t lo = cnt[0], hi = cnt[0];
+    for (int32_t g = 1; g < 3; g++) {
+        lo = cnt[g] < lo ? cnt[g] : lo;
+        hi = cnt[g] > hi ? cnt[g] : hi;
+    }
+    ck_assert_int_le(hi - lo, 1);
+    for (int32_t l = 0; l < 40; l++) {
+        count_experts(p, l, cnt);
+        for (int32_t g = 0; g < 3; g++) ck_assert(cnt[g] == 85 || cnt[g] == 86);
+    }
+    uint64_t blo = p->groups[0].expert_bytes, bhi = blo;
+    for (int32_t g = 1; g < 3; g++) {
+        blo = p->groups[g].expert_bytes < blo ? p->groups[g].expert_bytes : blo;
+        bhi = p->groups[g].expert_bytes > bhi ? p->groups[g].expert_bytes : bhi;
+    }
+    ck_assert_uint_le(bhi - blo, m.expert_bytes);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_traffic_balance) {
+    /* Skewed routing: each layer has a few hot experts. Per layer, every node's expected
+     * traffic must be within one expert's traffic of every other's. */
+    enum { L = 4, E = 64, K = 4, N = 4 };
+    static float freq[L * E];
+    for (int32_t l = 0; l < L; l++) {
+        double sum = 0.0;
+        for (int32_t e = 0; e < E; e++) sum += freq[l * E + e] = (float)(1.0 / (1.0 + ((e * 7 + l) % E)));
+        for (int32_t e = 0; e < E; e++) freq[l * E + e] = (float)(freq[l * E + e] * K / sum);
+    }
+    epyq_numa_model m = {.name = "skewed", .n_layers = L, .n_experts = E, .top_k = K, .expert_bytes = 1 << 20,
+                         .dense_bytes = 1 << 24, .expert_freq = freq};
+    epyq_topo *t = load("pack:1 numa:4(memory=8GiB) core:2 pu:1");
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.reserve_bytes = 0;
+    epyq_numa_plan *p = plan(t, &m, &o);
+    for (int32_t l = 0; l < L; l++) {
+        double tr[N] = {0}, fmax = 0.0;
+        for (int32_t e = 0; e < E; e++) {
+            tr[p->expert_group[l * E + e]] += freq[l * E + e];
+            fmax = freq[l * E + e] > fmax ? freq[l * E + e] : fmax;
+        }
+        double lo = tr[0], hi = tr[0];
+        for (int32_t g = 1; g < N; g++) {
+            lo = tr[g] < lo ? tr[g] : lo;
+            hi = tr[g] > hi ? tr[g] : hi;
+        }
+        ck_assert_msg(hi - lo <= fmax + 1e-6, "layer %d traffic spread %.3f > hottest expert %.3f", l, hi - lo, fmax);
+    }
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_genoa_threads_follow_nodes) {
+    /* llama.cpp#5121: a linear CPU loop puts node 1's threads on 64-95. */
+    epyq_topo *t = load(xml_path("genoa-2s-nps1-interleaved.xml"));
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.n_threads = 128;
+    epyq_numa_plan *p = plan(t, &m, &o);
+    char buf[256];
+    for (int32_t g = 0; g < 2; g++) {
+        ck_assert_int_eq(p->groups[g].n_threads, 64);
+        /* Cores first (0-31), then their SMT siblings (64-95). */
+        ck_assert_int_eq(p->groups[g].cpus[0], 32 * g);
+        ck_assert_int_eq(p->groups[g].cpus[32], 64 + 32 * g);
+        int32_t sorted[64];
+        memcpy(sorted, p->groups[g].cpus, sizeof sorted);
+        for (int a = 1; a < 64; a++)
+            for (int b = a; b > 0 && sorted[b - 1] > sorted[b]; b--) {
+                int32_t x = sorted[b];
+                sorted[b] = sorted[b - 1];
+                sorted[b - 1] = x;
+            }
+        list_str(sorted, 64, buf, sizeof buf);
+        ck_assert_str_eq(buf, g == 0 ? "0-31,64-95" : "32-63,96-127");
+    }
+    epyq_numa_plan_free(p);
+    o.n_threads = 10;
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->groups[0].n_threads, 5);
+    ck_assert_int_eq(p->groups[1].n_threads, 5);
+    ck_assert_int_eq(p->groups[1].cpus[4], 36);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_asymmetric_memoryless_cpuless) {
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+
+    epyq_topo *t = load(xml_path("asymmetric-2node.xml"));
+    epyq_numa_plan *p = plan(t, &m, &o);
+    /* Shares follow threads: 16 vs 8 cores. */
+    ck_assert_int_eq(p->groups[0].n_threads, 16);
+    ck_assert_int_eq(p->groups[1].n_threads, 8);
+    ck_assert_int_le(p->groups[0].n_experts - 2 * p->groups[1].n_experts, 2);
+    ck_assert_int_ge(p->groups[0].n_experts - 2 * p->groups[1].n_experts, -2);
+    check_no_node_over_memory(p);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+
+    t = load(xml_path("memoryless-node.xml"));
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 2);
+    ck_assert_int_eq(p->groups[0].node, 0);
+    ck_assert_int_eq(p->groups[1].node, 2);
+    /* Node 1's CPUs (8-15) join node 0, the nearer one (distance 12 vs 32). */
+    ck_assert_int_eq(p->groups[0].n_threads, 16);
+    ck_assert_int_eq(p->groups[0].cpus[8], 8);
+    ck_assert(strstr(p->groups[0].note, "memoryless node 1"));
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+
+    t = load(xml_path("cxl-cpuless-node.xml"));
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 2);
+    ck_assert(strstr(p->notes, "node 2 has no usable CPU"));
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_modes) {
+    epyq_topo *t = load(NPS4);
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+
+    o.mode = EPYQ_NUMA_OFF;
+    epyq_numa_plan *p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 1);
+    ck_assert_int_eq(p->groups[0].os_index, -1);
+    ck_assert(!p->bind_memory);
+    ck_assert_int_eq(p->n_threads, 64);
+    epyq_numa_plan_free(p);
+
+    o.mode = EPYQ_NUMA_ISOLATE;
+    o.nodes = "5,6";
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 1);
+    ck_assert_int_eq(p->groups[0].os_index, 5);
+    ck_assert_int_eq(p->groups[0].n_experts, 40 * 256);
+    epyq_numa_plan_free(p);
+    o.nodes = NULL;
+    o.home_cpu = 70; /* node 4 holds CPUs 64-79 */
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->groups[0].os_index, 4);
+    epyq_numa_plan_free(p);
+    o.home_cpu = -1;
+
+    o.mode = EPYQ_NUMA_REPLICATE_DENSE;
+    p = plan(t, &m, &o);
+    ck_assert(p->replicate_dense);
+    for (int32_t g = 0; g < 8; g++) ck_assert_uint_eq(p->groups[g].dense_bytes, m.dense_bytes);
+    epyq_numa_plan_free(p);
+
+    o.mode = EPYQ_NUMA_NUMACTL;
+    p = plan(t, &m, &o);
+    ck_assert(!p->bind_memory);
+    ck_assert_int_eq(p->n_groups, 8);
+    for (int32_t g = 0; g < 8; g++) ck_assert_int_eq(p->groups[g].os_index, -1);
+    epyq_numa_plan_free(p);
+
+    o.mode = EPYQ_NUMA_DISTRIBUTE;
+    o.nodes = "1,3";
+    p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 2);
+    ck_assert_int_eq(p->groups[1].node, 3);
+    ck_assert_int_eq(p->groups[0].n_experts, 5120);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_split_this_machine) {
+    epyq_topo *t = load(NULL);
+    epyq_numa_model m = {.name = "small", .n_layers = 4, .n_experts = 16, .top_k = 2, .expert_bytes = 4096,
+                         .dense_bytes = 65536};
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    for (int32_t n = 1; n <= 4; n++) {
+        o.split = n;
+        epyq_numa_plan *p = plan(t, &m, &o);
+        ck_assert_int_eq(p->n_groups, n);
+        ck_assert(p->split);
+        int64_t cnt[4];
+        count_experts(p, 0, cnt);
+        for (int32_t g = 0; g < n; g++) ck_assert(cnt[g] == 16 / n || cnt[g] == (16 + n - 1) / n);
+        for (int32_t g = 0; g < n; g++) ck_assert_int_eq(p->groups[g].node, g);
+        epyq_numa_plan_free(p);
+    }
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_impossible_requests) {
+    epyq_topo *t = load(NPS4);
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    epyq_err err = {0};
+
+    o.nodes = "1,9";
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "node 9 does not exist") && strstr(err.msg, "0-7"), "%s", err.msg);
+    o.nodes = NULL;
+
+    o.cpu_range = "0-3,200";
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "cpu 200") && strstr(err.msg, "0-127"), "%s", err.msg);
+    o.cpu_range = "0-3,x";
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_ARG);
+    o.cpu_range = NULL;
+
+    o.n_threads = 4;
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "fewer than the 8 NUMA nodes"), "%s", err.msg);
+    o.n_threads = 129;
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "only 128 CPUs"), "%s", err.msg);
+    o.n_threads = 0;
+
+    /* -C on the real machine: one CPU past the allowed ones. */
+    epyq_topo *real = load(NULL);
+    char range[32];
+    const epyq_topo_node *last = &real->nodes[real->n_nodes - 1];
+    snprintf(range, sizeof range, "%d", (int)last->pus[last->n_pus - 1] + 1);
+    o.cpu_range = range;
+    ck_assert_int_eq(plan_err(real, &m, &o, &err), EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "not available to this process"), "%s", err.msg);
+    o.cpu_range = NULL;
+    epyq_topo_free(real);
+
+    epyq_numa_model bad = m;
+    bad.top_k = 0;
+    ck_assert_int_eq(plan_err(t, &bad, &o, &err), EPYQ_E_ARG);
+    bad = m;
+    bad.expert_bytes = UINT64_MAX / 4;
+    ck_assert_int_eq(plan_err(t, &bad, &o, &err), EPYQ_E_ARG);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_plan_memory_checks) {
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true); /* 18.1 GiB */
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    epyq_err err = {0};
+
+    /* Two 8 GiB nodes cannot hold 18 GiB: an error naming the node and bytes, with or without fallback. */
+    epyq_topo *t = load("pack:2 numa:1(memory=8GiB) core:2 pu:1");
+    o.mode = EPYQ_NUMA_DISTRIBUTE;
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "node 0 needs 9.04 GiB") && strstr(err.msg, "has 7.00 GiB"), "%s", err.msg);
+    o.fallback = true;
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "the model needs"), "%s", err.msg);
+    epyq_topo_free(t);
+
+    /* Node 1 has a third of the cores but a fifth of the memory: its share of a 201 GiB expert
+     * set overflows it; a fallback moves experts to node 0 and says so. */
+    t = load(xml_path("asymmetric-2node.xml"));
+    epyq_numa_model big = m;
+    big.expert_bytes *= 13;
+    o.fallback = false;
+    ck_assert_int_eq(plan_err(t, &big, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "node 1 needs"), "%s", err.msg);
+    o.fallback = true;
+    epyq_numa_plan *p = plan(t, &big, &o);
+    ck_assert(p->fallback_used);
+    ck_assert(strstr(p->notes, "fallback: node 1"));
+    check_no_node_over_memory(p);
+    int64_t cnt[2];
+    count_experts(p, -1, cnt);
+    ck_assert_int_eq(cnt[0] + cnt[1], 40 * 256);
+    ck_assert_int_eq(cnt[0], p->groups[0].n_experts);
+    epyq_numa_plan_free(p);
+    /* auto implies the fallback. */
+    o.fallback = false;
+    o.mode = EPYQ_NUMA_AUTO;
+    p = plan(t, &big, &o);
+    ck_assert(p->fallback_used);
+    epyq_numa_plan_free(p);
+    /* Replicating 2.6 GiB of dense weights on a node with no room is an error even so. */
+    epyq_numa_model fat = m;
+    fat.dense_bytes = 70 * GIB;
+    o.mode = EPYQ_NUMA_REPLICATE_DENSE;
+    o.fallback = true;
+    ck_assert_int_eq(plan_err(t, &fat, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "dense weights alone"), "%s", err.msg);
+    epyq_topo_free(t);
+}
+END_TEST
+
+START_TEST(test_opts_parse_and_env) {
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    epyq_err err = {0};
+    char *argv[] = {"x", "--numa=isolate", "-t", "6", "-C", "0-3", "--nodes", "1", "--numa-split", "2",
+                    "--numa-fallback", "-m", "model", "--threads", "x"};
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    int i = 1;
+    ck_assert_int_eq(epyq_numa_opts_parse_arg(&o, argc, argv, &i, &err), 1);
+    ck_assert_int_eq(o.mode, EPYQ_NUMA_ISOLATE);
+    for (i = 2; i < 11; i++) ck_assert_int_eq(epyq_numa_opts_parse_arg(&o, argc, argv, &i, &err), 1);
+    ck_assert_int_eq(o.n_threads, 6);
+    ck_assert_str_eq(o.cpu_range, "0-3");
+    ck_assert_str_eq(o.nodes, "1");
+    ck_assert_int_eq(o.split, 2);
+    ck_assert(o.fallback);
+    ck_assert_int_eq(epyq_numa_opts_parse_arg(&o, argc, argv, &i, &err), 0); /* -m is not ours */
+    i = 13;
+    ck_assert_int_eq(epyq_numa_opts_parse_arg(&o, argc, argv, &i, &err), -1);
+    ck_assert(strstr(err.msg, "--threads"));
+    char *argv2[] = {"x", "--numa", "fast"};
+    i = 1;
+    ck_assert_int_eq(epyq_numa_opts_parse_arg(&o, 3, argv2, &i, &err), -1);
+    ck_assert(strstr(err.msg, "fast"));
+
+    epyq_numa_opts_init(&o);
+    setenv("EPYQ_NUMA", "replicate-dense", 1);
+    setenv("EPYQ_THREADS", "12", 1);
+    setenv("EPYQ_NODES", "0,1", 1);
+    setenv("EPYQ_CPU_RANGE", "0-11", 1);
+    setenv("EPYQ_NUMA_SPLIT", "3", 1);
+    ck_assert_int_eq(epyq_numa_opts_from_env(&o, &err), EPYQ_OK);
+    ck_assert_int_eq(o.mode, EPYQ_NUMA_REPLICATE_DENSE);
+    ck_assert_int_eq(o.n_threads, 12);
+    ck_assert_str_eq(o.nodes, "0,1");
+    ck_assert_str_eq(o.cpu_range, "0-11");
+    ck_assert_int_eq(o.split, 3);
+    setenv("EPYQ_NUMA", "sideways", 1);
+    ck_assert_int_eq(epyq_numa_opts_from_env(&o, &err), EPYQ_E_ARG);
+    ck_assert(strstr(err.msg, "EPYQ_NUMA"));
+    unsetenv("EPYQ_NUMA");
+    unsetenv("EPYQ_THREADS");
+    unsetenv("EPYQ_NODES");
+    unsetenv("EPYQ_CPU_RANGE");
+    unsetenv("EPYQ_NUMA_SPLIT");
+}
+END_TEST
+
+static Suite *plan_suite(void) {
+    Suite *s = suite_create("numa_plan");
+    TCase *tc = tcase_create("topo");
+    tcase_add_test(tc, test_topo_synthetic_nps4);
+    tcase_add_test(tc, test_topo_genoa_interleaved_xml);
+    tcase_add_test(tc, test_topo_memoryless_and_cpuless);
+    tcase_add_test(tc, test_topo_restrict_like_numactl);
+    tcase_add_test(tc, test_topo_this_machine_and_split);
+    tcase_add_test(tc, test_topo_lists_and_bad_specs);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("plan");
+    tcase_add_test(tc, test_plan_nps4_full_model);
+    tcase_add_test(tc, test_plan_balance_odd_nodes);
+    tcase_add_test(tc, test_plan_traffic_balance);
+    tcase_add_test(tc, test_plan_genoa_threads_follow_nodes);
+    tcase_add_test(tc, test_plan_asymmetric_memoryless_cpuless);
+    tcase_add_test(tc, test_plan_modes);
+    tcase_add_test(tc, test_plan_split_this_machine);
+    tcase_add_test(tc, test_plan_impossible_requests);
+    tcase_add_test(tc, test_plan_memory_checks);
+    tcase_add_test(tc, test_opts_parse_and_env);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(plan_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
