@@ -69,4 +69,9 @@ void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32
                                  const float *rw);
 EPYQ_DECLARE_W4(avx512bf16);
 
+/* Register-only peak probes for benchmarks/kernels (kernels-x86/avx512/w4_peak.c): run
+ * `iters` rounds of 16 independent VPDPBUSD / VDPBF16PS and return the operations done. */
+uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink);
+uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink);
+
 #endif

@@ -16,8 +16,8 @@
 
 #include "kernels-x86/w4_impl.h"
 #include "kernels-x86/w4_layout.h"
+#include "kernels-x86/w4_simd.h"
 
-#define W4_INLINE static inline __attribute__((always_inline))
 #define A8_MR 4
 #define A16_MR 2
 
@@ -51,12 +51,12 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
     const size_t rb = w4_rec_bytes(gs);
     const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    for (int r = 0; r < MR; r++) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
+    W4_ROWS(MR, facc[r][0] = facc[r][1] = _mm256_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
-        __m256i acc[A8_MR][2];
-        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+        __m256i acc[W4_ROWS_MAX][2];
+        W4_ROWS(MR, acc[r][0] = acc[r][1] = _mm256_setzero_si256(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
             const __m256i v1 =
@@ -65,7 +65,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m0f);
             const __m256i lo1 = _mm256_and_si256(v1, m0f);
             const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m0f);
-            for (int r = 0; r < MR; r++) {
+            W4_ROWS(MR, {
                 const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
                 const __m256i xl = bcast32(xr), xh = bcast32(xr + 4);
                 const __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xl),
@@ -74,18 +74,18 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                                                     _mm256_maddubs_epi16(hi1, xh));
                 acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
                 acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
-            }
+            });
         }
         for (int h = 0; h < 2; h++) {
             const __m256 s = _mm256_loadu_ps((const float *)(rec + (size_t)bpg * W4_BLOCK) + 8 * h);
             const __m256i z = zeros8(zeros, g, h);
-            for (int r = 0; r < MR; r++) {
+            W4_ROWS(MR, {
                 const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
                 const __m256i corr = _mm256_sub_epi32(
                     acc[r][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(a->sum8[tg])));
                 const __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(a->d[tg]));
                 facc[r][h] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(corr), facc[r][h]);
-            }
+            });
         }
     }
 }
@@ -98,47 +98,57 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
     const __m256i m0f = _mm256_set1_epi32(15);
     const __m256 eight = _mm256_set1_ps(8.0f);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    float xf[A16_MR][128] __attribute__((aligned(32))); /* the group's bf16 x widened */
-    for (int r = 0; r < MR; r++) facc[r][0] = facc[r][1] = _mm256_setzero_ps();
+    float xf[W4_ROWS_MAX][128] __attribute__((aligned(32))); /* the group's bf16 x widened */
+    W4_ROWS(MR, facc[r][0] = facc[r][1] = _mm256_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int32_t i0 = (g - g0) * gs;
-        for (int r = 0; r < MR; r++) {
+        W4_ROWS(MR, {
             const uint16_t *xr = a->xb + (size_t)(t0 + r) * (size_t)kx + (size_t)i0;
             for (int32_t i = 0; i < gs; i += 8) {
                 const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xr + i)));
                 _mm256_store_ps(xf[r] + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
             }
-        }
-        __m256 acc[A16_MR][2][2];
-        for (int r = 0; r < MR; r++)
-            acc[r][0][0] = acc[r][0][1] = acc[r][1][0] = acc[r][1][1] = _mm256_setzero_ps();
+        });
+        __m256 acc[W4_ROWS_MAX][2][2];
+        W4_ROWS(MR, acc[r][0][0] = acc[r][0][1] = acc[r][1][0] = acc[r][1][1] = _mm256_setzero_ps(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
             const __m256i v1 =
                 _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
-            for (int p = 0; p < W4_KBLK; p++) {
-                const __m256 q0 = _mm256_sub_ps(
-                    _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v0, 4 * p), m0f)), eight);
-                const __m256 q1 = _mm256_sub_ps(
-                    _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v1, 4 * p), m0f)), eight);
-                for (int r = 0; r < MR; r++) {
-                    const __m256 xv = _mm256_broadcast_ss(xf[r] + b * W4_KBLK + w4_a16_pos(p));
-                    acc[r][0][p & 1] = _mm256_fmadd_ps(q0, xv, acc[r][0][p & 1]);
-                    acc[r][1][p & 1] = _mm256_fmadd_ps(q1, xv, acc[r][1][p & 1]);
-                }
-            }
+            /* Two accumulators per half (even/odd p) halve the FMA dependency chains. */
+#define A16_STEP(P)                                                                              \
+    do {                                                                                         \
+        const __m256 q0 = _mm256_sub_ps(                                                         \
+            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v0, 4 * (P)), m0f)), eight);   \
+        const __m256 q1 = _mm256_sub_ps(                                                         \
+            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v1, 4 * (P)), m0f)), eight);   \
+        W4_ROWS(MR, {                                                                            \
+            const __m256 xv = _mm256_broadcast_ss(xf[r] + b * W4_KBLK + w4_a16_pos(P));         \
+            acc[r][0][(P) & 1] = _mm256_fmadd_ps(q0, xv, acc[r][0][(P) & 1]);                    \
+            acc[r][1][(P) & 1] = _mm256_fmadd_ps(q1, xv, acc[r][1][(P) & 1]);                    \
+        });                                                                                      \
+    } while (0)
+            A16_STEP(0);
+            A16_STEP(1);
+            A16_STEP(2);
+            A16_STEP(3);
+            A16_STEP(4);
+            A16_STEP(5);
+            A16_STEP(6);
+            A16_STEP(7);
+#undef A16_STEP
         }
         for (int h = 0; h < 2; h++) {
             const __m256 s = _mm256_loadu_ps((const float *)(rec + (size_t)bpg * W4_BLOCK) + 8 * h);
             const __m256 zf = _mm256_sub_ps(_mm256_cvtepi32_ps(zeros8(zeros, g, h)), eight);
-            for (int r = 0; r < MR; r++) {
+            W4_ROWS(MR, {
                 __m256 dot = _mm256_add_ps(acc[r][h][0], acc[r][h][1]);
                 if (zeros)
                     dot = _mm256_fnmadd_ps(
                         zf, _mm256_set1_ps(w4_a16_group_sum(a, kx, t0 + r, i0, gs)), dot);
                 facc[r][h] = _mm256_fmadd_ps(s, dot, facc[r][h]);
-            }
+            });
         }
     }
 }

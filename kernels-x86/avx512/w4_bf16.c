@@ -14,7 +14,7 @@
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
-#define MR_MAX 8
+#define MR_MAX W4_ROWS_MAX
 
 /* bf16 bit patterns of (i & 15) - 8, for VPERMW's 5-bit index. */
 static const uint16_t code_bf16[32] = {
@@ -38,27 +38,27 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
     const size_t rb = w4_rec_bytes(gs);
     const __m512i tbl = _mm512_loadu_si512(code_bf16);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    for (int r = 0; r < MR; r++) facc[r] = _mm512_setzero_ps();
+    __m512 f[MR_MAX];
+    W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int32_t i0 = (g - g0) * gs;
         const uint16_t *xg = a->xb + (size_t)t0 * (size_t)kx + (size_t)i0;
         __m512 acc[MR_MAX][NA];
-        for (int r = 0; r < MR; r++)
-            for (int c = 0; c < na; c++) acc[r][c] = _mm512_setzero_ps();
+        W4_ROWS(MR, acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
             const __m512i w0 = _mm512_permutexvar_epi16(v, tbl);
             const __m512i w1 = _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 4), tbl);
             const __m512i w2 = _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 8), tbl);
             const __m512i w3 = _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 12), tbl);
-            for (int r = 0; r < MR; r++) {
+            W4_ROWS(MR, {
                 const uint16_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
                 acc[r][0] = dp(acc[r][0], w0, w4_bcast32(xr));
                 acc[r][1] = dp(acc[r][1], w1, w4_bcast32(xr + 2));
                 acc[r][na - 2] = dp(acc[r][na - 2], w2, w4_bcast32(xr + 4));
                 acc[r][na - 1] = dp(acc[r][na - 1], w3, w4_bcast32(xr + 6));
-            }
+            });
         }
         const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
         __m512 zf = _mm512_setzero_ps();
@@ -66,15 +66,16 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
             zf = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
                                    (const __m128i *)(zeros + (size_t)g * W4_TILE)))),
                                _mm512_set1_ps(8.0f));
-        for (int r = 0; r < MR; r++) {
+        W4_ROWS(MR, {
             __m512 dot = _mm512_add_ps(acc[r][0], acc[r][1]);
             if (na == 4) dot = _mm512_add_ps(dot, _mm512_add_ps(acc[r][2], acc[r][3]));
             if (zeros)
                 dot = _mm512_fnmadd_ps(zf, _mm512_set1_ps(w4_a16_group_sum(a, kx, t0 + r, i0, gs)),
                                        dot);
-            facc[r] = _mm512_fmadd_ps(s, dot, facc[r]);
-        }
+            f[r] = _mm512_fmadd_ps(s, dot, f[r]);
+        });
     }
+    W4_ROWS(MR, facc[r] = f[r];);
 }
 
 #define A16_INST(MR)                                                                             \

@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "kernels-x86/w4_layout.h"
-
-#define W4_INLINE static inline __attribute__((always_inline))
+#include "kernels-x86/w4_simd.h"
 
 /* The 4 bytes at p in every 32-bit lane (folds into the {1to16} operand broadcast). */
 W4_INLINE __m512i w4_bcast32(const void *p) {

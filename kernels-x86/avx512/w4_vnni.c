@@ -14,7 +14,7 @@
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
-#define MR_MAX 8
+#define MR_MAX W4_ROWS_MAX
 
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
@@ -28,42 +28,50 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
     const size_t rb = w4_rec_bytes(gs);
     const __m512i m0f = _mm512_set1_epi8(0x0f);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    for (int r = 0; r < MR; r++) facc[r] = _mm512_setzero_ps();
+    __m512 f[MR_MAX];
+    W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
         __m512i acc[MR_MAX][NA];
-        for (int r = 0; r < MR; r++)
-            for (int c = 0; c < na; c++) acc[r][c] = _mm512_setzero_si512();
-        for (int32_t b = 0; b < bpg; b += 2) {
+        W4_ROWS(MR, acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512(););
+        /* Few rows: two blocks per step into four chains. Many rows: one block per step,
+         * which leaves enough registers for 2 x MR accumulators. */
+        for (int32_t b = 0; b < bpg; b += na / 2) {
             const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
-            const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
             const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
-            const __m512i lo1 = _mm512_and_si512(v1, m0f);
-            const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
-            for (int r = 0; r < MR; r++) {
+            W4_ROWS(MR, {
                 const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
                 acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], lo0, w4_bcast32(xr));
                 acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], hi0, w4_bcast32(xr + 4));
-                acc[r][na - 2] = _mm512_dpbusd_epi32(acc[r][na - 2], lo1, w4_bcast32(xr + 8));
-                acc[r][na - 1] = _mm512_dpbusd_epi32(acc[r][na - 1], hi1, w4_bcast32(xr + 12));
+            });
+            if (na == 4) {
+                const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
+                const __m512i lo1 = _mm512_and_si512(v1, m0f);
+                const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
+                W4_ROWS(MR, {
+                    const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)(b + 1) * W4_KBLK;
+                    acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], lo1, w4_bcast32(xr));
+                    acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], hi1, w4_bcast32(xr + 4));
+                });
             }
         }
         const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
         const __m512i z = zeros ? _mm512_cvtepu8_epi32(_mm_loadu_si128(
                                       (const __m128i *)(zeros + (size_t)g * W4_TILE)))
                                 : _mm512_set1_epi32(8);
-        for (int r = 0; r < MR; r++) {
+        W4_ROWS(MR, {
             __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
             if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
             const __m512i corr =
                 _mm512_sub_epi32(dot, _mm512_mullo_epi32(z, _mm512_set1_epi32(a->sum8[tg])));
             const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[tg]));
-            facc[r] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(corr), facc[r]);
-        }
+            f[r] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(corr), f[r]);
+        });
     }
+    W4_ROWS(MR, facc[r] = f[r];);
 }
 
 #define A8_INST(MR)                                                                              \

@@ -1,0 +1,49 @@
+/* kernels-x86/avx512/w4_peak.c — register-only loops that measure the instruction peak the
+ * int4 kernels are judged against (benchmarks/kernels): VPDPBUSD (path A8) and VDPBF16PS
+ * (path A16, bf16 GEMM). 16 independent accumulators cover the latency x issue width of
+ * every current core (Zen 4/5: 2 per cycle, latency <= 6), so the loop runs at the issue
+ * limit and touches no memory. Each returns the number of int8 / bf16 operations it
+ * executed (a multiply-add counts 2), and folds the accumulators into *sink so the loop
+ * cannot be optimised away. */
+#include "kernels-x86/avx512/w4_common.h"
+#include "kernels-x86/w4_impl.h"
+
+/* 16 accumulators as separate variables (an array would be kept in memory at -O2). */
+#define ACC16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+
+uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink) {
+    const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
+#define STEP(i) acc##i = _mm512_dpbusd_epi32(acc##i, a, b);
+#define SUM(i) s = _mm512_add_epi32(s, acc##i);
+    ACC16(DECL)
+    for (uint64_t it = 0; it < iters; it++) {
+        ACC16(STEP)
+    }
+    __m512i s = _mm512_setzero_si512();
+    ACC16(SUM)
+    *sink = _mm512_reduce_add_epi32(s);
+    return iters * 16u * 64u * 2u;
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+    const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
+#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
+#define STEP(i) acc##i = _mm512_dpbf16_ps(acc##i, a, b);
+#define SUM(i) s = _mm512_add_ps(s, acc##i);
+    ACC16(DECL)
+    for (uint64_t it = 0; it < iters; it++) {
+        ACC16(STEP)
+    }
+    __m512 s = _mm512_setzero_ps();
+    ACC16(SUM)
+    *sink = _mm512_reduce_add_ps(s);
+    return iters * 16u * 32u * 2u;
+#undef DECL
+#undef STEP
+#undef SUM
+}
