@@ -18,6 +18,9 @@ enum { MODE_ROUND, MODE_F32 };
 #define TILE_T 2
 
 #define INLINE static inline __attribute__((always_inline))
+/* Tile loops have compile-time trip counts after inlining; -O2 does not always unroll them,
+ * and a rolled loop keeps the accumulators in memory instead of registers. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 INLINE __m256 widen_bf16(__m128i h) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -50,12 +53,15 @@ INLINE float hmax(__m256 v) {
 INLINE void gemm_step(__m256 acc[TILE_R][TILE_T], const uint16_t *const w8[TILE_R],
                       const float *const x8[TILE_T], const int R, const int T, const int mode) {
     __m256 xf[TILE_T];
+    UNROLL
     for (int t = 0; t < T; t++) {
         xf[t] = _mm256_loadu_ps(x8[t]);
         if (mode == MODE_ROUND) xf[t] = round_bf16(xf[t]);
     }
+    UNROLL
     for (int r = 0; r < R; r++) {
         const __m256 wf = widen_bf16(_mm_loadu_si128((const __m128i *)w8[r]));
+        UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(wf, xf[t], acc[r][t]);
     }
 }
@@ -63,30 +69,38 @@ INLINE void gemm_step(__m256 acc[TILE_R][TILE_T], const uint16_t *const w8[TILE_
 INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
                       size_t ldy, const int R, const int T, const int mode) {
     __m256 acc[TILE_R][TILE_T];
+    UNROLL
     for (int r = 0; r < R; r++)
+        UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     const uint16_t *wp[TILE_R];
     const float *xp[TILE_T];
     size_t i = 0;
     for (; i + 8 <= k; i += 8) {
+        UNROLL
         for (int r = 0; r < R; r++) wp[r] = w + (size_t)r * k + i;
+        UNROLL
         for (int t = 0; t < T; t++) xp[t] = x + (size_t)t * ldx + i;
         gemm_step(acc, wp, xp, R, T, mode);
     }
     if (i < k) {
         uint16_t wt[TILE_R][8] = {{0}};
         float xt[TILE_T][8] = {{0}};
+        UNROLL
         for (int r = 0; r < R; r++) {
             memcpy(wt[r], w + (size_t)r * k + i, (k - i) * sizeof(uint16_t));
             wp[r] = wt[r];
         }
+        UNROLL
         for (int t = 0; t < T; t++) {
             memcpy(xt[t], x + (size_t)t * ldx + i, (k - i) * sizeof(float));
             xp[t] = xt[t];
         }
         gemm_step(acc, wp, xp, R, T, mode);
     }
+    UNROLL
     for (int r = 0; r < R; r++)
+        UNROLL
         for (int t = 0; t < T; t++) y[(size_t)t * ldy + (size_t)r] = hsum(acc[r][t]);
 }
 
@@ -147,11 +161,12 @@ INLINE __m256 exp_neg(__m256 x) {
 #define ATT_BLOCK 8 /* keys per online-softmax step: one vector of scores */
 #define ATT_HEADS 8 /* query heads per pass over K/V */
 
-static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
+INLINE void attn_group(const float *q, const int32_t nq, size_t ldq, const uint16_t *k,
                        const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
                        float scale, float *out, size_t ldo) {
     float mx[ATT_HEADS], sum[ATT_HEADS];
     float p[ATT_HEADS][ATT_BLOCK];
+    UNROLL
     for (int32_t h = 0; h < nq; h++) {
         mx[h] = -INFINITY;
         sum[h] = 0.0f;
@@ -162,14 +177,18 @@ static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k
         for (int32_t s = 0; s < nb; s++) {
             const uint16_t *ks = k + (size_t)(s0 + s) * kv_stride;
             __m256 acc[ATT_HEADS];
+            UNROLL
             for (int32_t h = 0; h < nq; h++) acc[h] = _mm256_setzero_ps();
             for (size_t d = 0; d < hd; d += 8) {
                 const __m256 kf = widen_bf16(_mm_loadu_si128((const __m128i *)(ks + d)));
+                UNROLL
                 for (int32_t h = 0; h < nq; h++)
                     acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * ldq + d), kf, acc[h]);
             }
+            UNROLL
             for (int32_t h = 0; h < nq; h++) p[h][s] = hsum(acc[h]) * scale;
         }
+        UNROLL
         for (int32_t h = 0; h < nq; h++) {
             for (int32_t s = nb; s < ATT_BLOCK; s++) p[h][s] = -INFINITY;
             const __m256 sc = _mm256_loadu_ps(p[h]);
@@ -191,22 +210,40 @@ static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k
         }
         for (size_t d = 0; d < hd; d += 8) {
             __m256 o[ATT_HEADS];
+            UNROLL
             for (int32_t h = 0; h < nq; h++) o[h] = _mm256_loadu_ps(out + h * ldo + d);
             for (int32_t s = 0; s < nb; s++) {
                 const uint16_t *vs = v + (size_t)(s0 + s) * kv_stride;
                 const __m256 vf = widen_bf16(_mm_loadu_si128((const __m128i *)(vs + d)));
+                UNROLL
                 for (int32_t h = 0; h < nq; h++)
                     o[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[h][s]), vf, o[h]);
             }
+            UNROLL
             for (int32_t h = 0; h < nq; h++) _mm256_storeu_ps(out + h * ldo + d, o[h]);
         }
     }
+    UNROLL
     for (int32_t h = 0; h < nq; h++) {
         if (!(sum[h] > 0.0f)) continue;
         const __m256 inv = _mm256_set1_ps(1.0f / sum[h]);
         float *o = out + h * ldo;
         for (size_t d = 0; d < hd; d += 8)
             _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
+    }
+}
+
+/* attn_group with the head count as a compile-time constant, so the per-head
+ * accumulators live in registers. */
+static void attn_group_n(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
+                         const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
+                         float scale, float *out, size_t ldo) {
+    switch (nq) {
+#define CASE(N)                                                                                  \
+    case N: attn_group(q, N, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+    default: break; /* callers pass 1..ATT_HEADS */
     }
 }
 
@@ -219,7 +256,7 @@ void epyq_attn_bf16_multi_avx2(const float *q, int32_t nq, int32_t ldq, const ui
     }
     for (int32_t h = 0; h < nq; h += ATT_HEADS) {
         const int32_t g = nq - h < ATT_HEADS ? nq - h : ATT_HEADS;
-        attn_group(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
+        attn_group_n(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
                    (size_t)kv_stride, scale, out + (size_t)h * (size_t)ldo, (size_t)ldo);
     }
 }
@@ -231,6 +268,41 @@ void epyq_attn_bf16_avx2(const float *q, const uint16_t *k, const uint16_t *v, i
 
 #define GDN_COLS 32 /* value columns per strip: 4 vectors each of m/delta and o */
 
+/* One strip of nvec vectors of value columns starting at j0 (nvec a compile-time constant
+ * at each call, so m/delta/o stay in registers). */
+INLINE void gdn_strip(float *S, const float *k, const float *v, const float *q, __m256 va, __m256 vb,
+                      int32_t dk, int32_t dv, int32_t j0, const int nvec, float *o) {
+    __m256 acc[GDN_COLS / 8], dlt[GDN_COLS / 8];
+    UNROLL
+    for (int c = 0; c < nvec; c++) acc[c] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < dk; i++) {
+        const float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+        const __m256 ki = _mm256_set1_ps(k[i]);
+        UNROLL
+        for (int c = 0; c < nvec; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(Si + 8 * c), ki, acc[c]);
+    }
+    UNROLL
+    for (int c = 0; c < nvec; c++) {
+        const __m256 vv = _mm256_loadu_ps(v + j0 + 8 * c);
+        dlt[c] = _mm256_mul_ps(vb, _mm256_fnmadd_ps(va, acc[c], vv));
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int32_t i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+        const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
+        UNROLL
+        for (int c = 0; c < nvec; c++) {
+            const __m256 sn =
+                _mm256_fmadd_ps(ki, dlt[c], _mm256_mul_ps(va, _mm256_loadu_ps(Si + 8 * c)));
+            _mm256_storeu_ps(Si + 8 * c, sn);
+            acc[c] = _mm256_fmadd_ps(sn, qi, acc[c]);
+        }
+    }
+    UNROLL
+    for (int c = 0; c < nvec; c++) _mm256_storeu_ps(o + j0 + 8 * c, acc[c]);
+}
+
 /* Same two-pass scheme as dense_avx512.c, in strips of 32 columns. */
 void epyq_gdn_step_avx2(float *S, const float *k, const float *v, const float *q, float alpha,
                         float beta, int32_t dk, int32_t dv, float *o) {
@@ -240,31 +312,13 @@ void epyq_gdn_step_avx2(float *S, const float *k, const float *v, const float *q
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     for (int32_t j0 = 0; j0 < dv; j0 += GDN_COLS) {
-        const int nvec = (dv - j0 < GDN_COLS ? dv - j0 : GDN_COLS) / 8;
-        __m256 acc[GDN_COLS / 8], dlt[GDN_COLS / 8];
-        for (int c = 0; c < nvec; c++) acc[c] = _mm256_setzero_ps();
-        for (int32_t i = 0; i < dk; i++) {
-            const float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
-            const __m256 ki = _mm256_set1_ps(k[i]);
-            for (int c = 0; c < nvec; c++)
-                acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(Si + 8 * c), ki, acc[c]);
+        switch ((dv - j0 < GDN_COLS ? dv - j0 : GDN_COLS) / 8) {
+#define CASE(N)                                                                                  \
+    case N: gdn_strip(S, k, v, q, va, vb, dk, dv, j0, N, o); break;
+            CASE(1) CASE(2) CASE(3) CASE(4)
+#undef CASE
+        default: break; /* GDN_COLS / 8 == 4 */
         }
-        for (int c = 0; c < nvec; c++) {
-            const __m256 vv = _mm256_loadu_ps(v + j0 + 8 * c);
-            dlt[c] = _mm256_mul_ps(vb, _mm256_fnmadd_ps(va, acc[c], vv));
-            acc[c] = _mm256_setzero_ps();
-        }
-        for (int32_t i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
-            const __m256 ki = _mm256_set1_ps(k[i]), qi = _mm256_set1_ps(q[i]);
-            for (int c = 0; c < nvec; c++) {
-                const __m256 sn =
-                    _mm256_fmadd_ps(ki, dlt[c], _mm256_mul_ps(va, _mm256_loadu_ps(Si + 8 * c)));
-                _mm256_storeu_ps(Si + 8 * c, sn);
-                acc[c] = _mm256_fmadd_ps(sn, qi, acc[c]);
-            }
-        }
-        for (int c = 0; c < nvec; c++) _mm256_storeu_ps(o + j0 + 8 * c, acc[c]);
     }
 }
 

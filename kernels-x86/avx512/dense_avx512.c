@@ -7,12 +7,11 @@
  *   epyq_attn_bf16[_multi]_avx512, epyq_gdn_step_avx512, epyq_stream_read_avx512
  *
  * GEMM layout: W [n][k] bf16 row-major exactly as on disk, x [m][k] fp32. A register tile
- * is R = 4 weight rows x T <= 4 tokens of fp32 accumulators; the tile walks k once, so
- * each weight byte comes from DRAM once per call and is reused T times from registers
- * (and across token tiles from L1: 4 rows x k x 2 B = 16 KiB at k = 2048). x is rounded
- * per tile on the fly — for a GEMV that costs nothing next to the weight stream, and it
- * keeps bf16_gemm free of any scratch buffer or dependence on epyq_act's private layout.
- * Ragged k is handled with masked loads (zero lanes add nothing), so any k works.
+ * is R = 4 weight rows x T <= 4 tokens of fp32 accumulators. The widening paths walk k once
+ * per tile (weights reused T times from registers and across token tiles from L1) and round
+ * x in-register; the VDPBF16PS path converts x to bf16 once per block into a stack buffer
+ * (see below). Neither needs scratch from the caller or epyq_act's private layout. Ragged k
+ * is handled with masked loads (zero lanes add nothing), so any k works.
  *
  * Attention: one pass over K/V with an online softmax per block of 16 keys: block scores
  * -> block max -> one vector exp for 16 probabilities -> rescale the running sum/output
@@ -26,11 +25,14 @@
 
 #include "kernels-x86/kern_impl.h"
 
-enum { MODE_DPBF16, MODE_ROUND, MODE_F32 };
+enum { MODE_ROUND, MODE_F32 };
 #define TILE_R 4
 #define TILE_T 4
 
 #define INLINE static inline __attribute__((always_inline))
+/* Tile loops have compile-time trip counts after inlining; -O2 does not always unroll them,
+ * and a rolled loop keeps the accumulators in memory instead of registers. */
+#define UNROLL _Pragma("GCC unroll 8")
 
 /* bf16 lanes (16 x u16) -> fp32: a bf16 is the top half of the fp32 with the same bits. */
 INLINE __m512 widen_bf16(__m256i h) {
@@ -53,54 +55,29 @@ INLINE __m512 round_bf16(__m512 x) {
 INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
                       size_t ldy, const int R, const int T, const int mode) {
     __m512 acc[TILE_R][TILE_T];
+    UNROLL
     for (int r = 0; r < R; r++)
+        UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    size_t i = 0;
-    if (mode == MODE_DPBF16) {
-        /* 32 k-values per step: VDPBF16PS sums adjacent pairs into 16 fp32 lanes. */
-        for (; i + 32 <= k; i += 32) {
-            __m512bh xb[TILE_T];
-            for (int t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * ldx + i;
-                xb[t] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xt + 16), _mm512_loadu_ps(xt));
-            }
-            for (int r = 0; r < R; r++) {
-                const __m512bh wb = (__m512bh)_mm512_loadu_si512(w + (size_t)r * k + i);
-                for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xb[t]);
-            }
+    for (size_t i = 0; i < k; i += 16) {
+        const size_t rem = k - i;
+        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+        __m512 xf[TILE_T];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            xf[t] = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + i);
+            if (mode == MODE_ROUND) xf[t] = round_bf16(xf[t]);
         }
-        if (i < k) {
-            const size_t rem = k - i; /* 1..31 */
-            const __mmask32 mw = (__mmask32)((1ull << rem) - 1);
-            const __mmask16 mlo = (__mmask16)mw, mhi = (__mmask16)(mw >> 16);
-            __m512bh xb[TILE_T];
-            for (int t = 0; t < T; t++) {
-                const float *xt = x + (size_t)t * ldx + i;
-                xb[t] = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(mhi, xt + 16),
-                                            _mm512_maskz_loadu_ps(mlo, xt));
-            }
-            for (int r = 0; r < R; r++) {
-                const __m512bh wb =
-                    (__m512bh)_mm512_maskz_loadu_epi16(mw, w + (size_t)r * k + i);
-                for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xb[t]);
-            }
-        }
-    } else {
-        for (; i < k; i += 16) {
-            const size_t rem = k - i;
-            const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
-            __m512 xf[TILE_T];
-            for (int t = 0; t < T; t++) {
-                xf[t] = _mm512_maskz_loadu_ps(m, x + (size_t)t * ldx + i);
-                if (mode == MODE_ROUND) xf[t] = round_bf16(xf[t]);
-            }
-            for (int r = 0; r < R; r++) {
-                const __m512 wf = widen_bf16(_mm256_maskz_loadu_epi16(m, w + (size_t)r * k + i));
-                for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wf, xf[t], acc[r][t]);
-            }
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512 wf = widen_bf16(_mm256_maskz_loadu_epi16(m, w + (size_t)r * k + i));
+            UNROLL
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(wf, xf[t], acc[r][t]);
         }
     }
+    UNROLL
     for (int r = 0; r < R; r++)
+        UNROLL
         for (int t = 0; t < T; t++) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
@@ -128,9 +105,92 @@ INLINE void gemm(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epy
     for (; j < n1; j++) gemm_rows(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, 1, mode);
 }
 
+/* ---- VDPBF16PS path ---------------------------------------------------------------------
+ * x is rounded to bf16 once per (row block, token tile, k chunk) into a 16 KiB stack buffer
+ * (4 tokens x BF_KC values, zero-padded to whole 32-value steps), so the inner loop is only
+ * loads and VDPBF16PS. Rows go in blocks of BF_NB: a block (64 x 2048 x 2 B = 256 KiB) is
+ * read from DRAM by the first token tile and from L2 by the others, so for M > 4 the weights
+ * still cross the memory bus once. k beyond BF_KC is done in chunks whose partial sums are
+ * added into y (one extra fp32 rounding per chunk, inside the test bound). */
+#define BF_KC 2048
+#define BF_NB 64
+
+INLINE void bf_convert_x(const float *x, size_t ldx, size_t kl, size_t kp, uint16_t *xb,
+                         const int T) {
+    UNROLL
+    for (int t = 0; t < T; t++)
+        for (size_t i = 0; i < kp; i += 32) {
+            const size_t rem = kl > i ? kl - i : 0;
+            const __mmask32 m = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << rem) - 1);
+            const float *xt = x + (size_t)t * ldx + i;
+            const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps((__mmask16)(m >> 16), xt + 16),
+                                                   _mm512_maskz_loadu_ps((__mmask16)m, xt));
+            _mm512_store_si512(xb + (size_t)t * kp + i, (__m512i)v);
+        }
+}
+
+/* y[t][r] (+)= w[r][0..kl) . xb[t][0..kl) for an R x T tile. */
+INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb, size_t kp,
+                    float *y, size_t ldy, int accumulate, const int R, const int T) {
+    __m512 acc[TILE_R][TILE_T];
+    UNROLL
+    for (int r = 0; r < R; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (size_t i = 0; i < kl; i += 32) {
+        const size_t rem = kl - i;
+        const __mmask32 m = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << rem) - 1);
+        __m512bh xv[TILE_T];
+        UNROLL
+        for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_load_si512(xb + (size_t)t * kp + i);
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const __m512bh wb = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (size_t)r * ldw + i);
+            UNROLL
+            for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xv[t]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < R; r++)
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            const float s = _mm512_reduce_add_ps(acc[r][t]);
+            float *yo = y + (size_t)t * ldy + (size_t)r;
+            *yo = accumulate ? *yo + s : s;
+        }
+}
+
+/* One token tile over rows [j0, j1) for one k chunk. */
+INLINE void bf_rows(const uint16_t *w, size_t k, int32_t j0, int32_t j1, size_t kc0, size_t kl,
+                    const float *x, uint16_t *xb, float *y, size_t ldy, const int T) {
+    const size_t kp = (kl + 31) & ~(size_t)31;
+    bf_convert_x(x + kc0, k, kl, kp, xb, T);
+    int32_t j = j0;
+    for (; j + TILE_R <= j1; j += TILE_R)
+        bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, TILE_R, T);
+    for (; j < j1; j++) bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, 1, T);
+}
+
 void epyq_bf16_gemm_avx512bf16(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
                                const epyq_act *x, float *y, int32_t ldy) {
-    gemm(w, k, n0, n1, x, y, ldy, MODE_DPBF16);
+    _Alignas(64) uint16_t xb[TILE_T * BF_KC]; /* [T][kp] bf16 x of one token tile and chunk */
+    const size_t kk = (size_t)k, ld = (size_t)ldy;
+    for (int32_t jb = n0; jb < n1; jb += BF_NB) {
+        const int32_t je = n1 - jb < BF_NB ? n1 : jb + BF_NB;
+        for (int32_t t0 = 0; t0 < x->m; t0 += TILE_T) {
+            const float *xt = x->f32 + (size_t)t0 * kk;
+            float *yt = y + (size_t)t0 * ld;
+            for (size_t kc0 = 0; kc0 < kk; kc0 += BF_KC) {
+                const size_t kl = kk - kc0 < BF_KC ? kk - kc0 : BF_KC;
+                switch (x->m - t0 < TILE_T ? x->m - t0 : TILE_T) {
+                case 1: bf_rows(w, kk, jb, je, kc0, kl, xt, xb, yt, ld, 1); break;
+                case 2: bf_rows(w, kk, jb, je, kc0, kl, xt, xb, yt, ld, 2); break;
+                case 3: bf_rows(w, kk, jb, je, kc0, kl, xt, xb, yt, ld, 3); break;
+                default: bf_rows(w, kk, jb, je, kc0, kl, xt, xb, yt, ld, 4); break;
+                }
+            }
+        }
+    }
 }
 
 void epyq_bf16_gemm_avx512(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
@@ -171,11 +231,12 @@ INLINE __m512 exp_neg(__m512 x) {
 #define ATT_HEADS 8  /* query heads per pass over K/V (the model's GQA group) */
 
 /* Up to ATT_HEADS heads over all n_ctx keys; hd % 16 == 0. */
-static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
+INLINE void attn_group(const float *q, const int32_t nq, size_t ldq, const uint16_t *k,
                        const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
                        float scale, float *out, size_t ldo) {
     float mx[ATT_HEADS], sum[ATT_HEADS];
     float p[ATT_HEADS][ATT_BLOCK];
+    UNROLL
     for (int32_t h = 0; h < nq; h++) {
         mx[h] = -INFINITY;
         sum[h] = 0.0f;
@@ -187,16 +248,20 @@ static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k
         for (int32_t s = 0; s < nb; s++) {
             const uint16_t *ks = k + (size_t)(s0 + s) * kv_stride;
             __m512 acc[ATT_HEADS];
+            UNROLL
             for (int32_t h = 0; h < nq; h++) acc[h] = _mm512_setzero_ps();
             for (size_t d = 0; d < hd; d += 16) {
                 const __m512 kf = widen_bf16(_mm256_loadu_si256((const __m256i *)(ks + d)));
+                UNROLL
                 for (int32_t h = 0; h < nq; h++)
                     acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * ldq + d), kf, acc[h]);
             }
+            UNROLL
             for (int32_t h = 0; h < nq; h++) p[h][s] = _mm512_reduce_add_ps(acc[h]) * scale;
         }
         /* Online softmax update per head; lanes past the block end get probability 0. */
         const __mmask16 live = (__mmask16)((1u << nb) - 1);
+        UNROLL
         for (int32_t h = 0; h < nq; h++) {
             const __m512 sc = _mm512_maskz_loadu_ps(live, p[h]);
             const float bmax = _mm512_mask_reduce_max_ps(live, sc);
@@ -217,22 +282,40 @@ static void attn_group(const float *q, int32_t nq, size_t ldq, const uint16_t *k
          * the block's V rows stream through it. */
         for (size_t d = 0; d < hd; d += 16) {
             __m512 o[ATT_HEADS];
+            UNROLL
             for (int32_t h = 0; h < nq; h++) o[h] = _mm512_loadu_ps(out + h * ldo + d);
             for (int32_t s = 0; s < nb; s++) {
                 const uint16_t *vs = v + (size_t)(s0 + s) * kv_stride;
                 const __m512 vf = widen_bf16(_mm256_loadu_si256((const __m256i *)(vs + d)));
+                UNROLL
                 for (int32_t h = 0; h < nq; h++)
                     o[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h][s]), vf, o[h]);
             }
+            UNROLL
             for (int32_t h = 0; h < nq; h++) _mm512_storeu_ps(out + h * ldo + d, o[h]);
         }
     }
+    UNROLL
     for (int32_t h = 0; h < nq; h++) {
         if (!(sum[h] > 0.0f)) continue;
         const __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
         float *o = out + h * ldo;
         for (size_t d = 0; d < hd; d += 16)
             _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), inv));
+    }
+}
+
+/* attn_group with the head count as a compile-time constant, so the per-head
+ * accumulators live in registers. */
+static void attn_group_n(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
+                         const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
+                         float scale, float *out, size_t ldo) {
+    switch (nq) {
+#define CASE(N)                                                                                  \
+    case N: attn_group(q, N, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+    default: break; /* callers pass 1..ATT_HEADS */
     }
 }
 
@@ -245,7 +328,7 @@ void epyq_attn_bf16_multi_avx512(const float *q, int32_t nq, int32_t ldq, const 
     }
     for (int32_t h = 0; h < nq; h += ATT_HEADS) {
         const int32_t g = nq - h < ATT_HEADS ? nq - h : ATT_HEADS;
-        attn_group(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
+        attn_group_n(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
                    (size_t)kv_stride, scale, out + (size_t)h * (size_t)ldo, (size_t)ldo);
     }
 }
@@ -259,6 +342,41 @@ void epyq_attn_bf16_avx512(const float *q, const uint16_t *k, const uint16_t *v,
 
 #define GDN_COLS 128 /* value columns per strip: 8 vectors of m, delta and o in registers */
 
+/* One strip of nvec vectors of value columns starting at j0 (nvec a compile-time constant
+ * at each call, so m/delta/o stay in registers). */
+INLINE void gdn_strip(float *S, const float *k, const float *v, const float *q, __m512 va, __m512 vb,
+                      int32_t dk, int32_t dv, int32_t j0, const int nvec, float *o) {
+    __m512 acc[GDN_COLS / 16], dlt[GDN_COLS / 16];
+    UNROLL
+    for (int c = 0; c < nvec; c++) acc[c] = _mm512_setzero_ps();
+    for (int32_t i = 0; i < dk; i++) {
+        const float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+        const __m512 ki = _mm512_set1_ps(k[i]);
+        UNROLL
+        for (int c = 0; c < nvec; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(Si + 16 * c), ki, acc[c]);
+    }
+    UNROLL
+    for (int c = 0; c < nvec; c++) {
+        const __m512 vv = _mm512_loadu_ps(v + j0 + 16 * c);
+        dlt[c] = _mm512_mul_ps(vb, _mm512_fnmadd_ps(va, acc[c], vv));
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int32_t i = 0; i < dk; i++) {
+        float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
+        const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+        UNROLL
+        for (int c = 0; c < nvec; c++) {
+            const __m512 sn =
+                _mm512_fmadd_ps(ki, dlt[c], _mm512_mul_ps(va, _mm512_loadu_ps(Si + 16 * c)));
+            _mm512_storeu_ps(Si + 16 * c, sn);
+            acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
+        }
+    }
+    UNROLL
+    for (int c = 0; c < nvec; c++) _mm512_storeu_ps(o + j0 + 16 * c, acc[c]);
+}
+
 /* Two passes over each strip of S (64 KiB for 128 x 128: L2-resident between tokens):
  *   pass 1: m = alpha * (S^T k)                      (decay folded into the read)
  *   pass 2: S = alpha*S + k delta^T, o += q_i S_i     (update and output read fused) */
@@ -270,31 +388,13 @@ void epyq_gdn_step_avx512(float *S, const float *k, const float *v, const float 
     }
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (int32_t j0 = 0; j0 < dv; j0 += GDN_COLS) {
-        const int nvec = (dv - j0 < GDN_COLS ? dv - j0 : GDN_COLS) / 16;
-        __m512 acc[GDN_COLS / 16], dlt[GDN_COLS / 16];
-        for (int c = 0; c < nvec; c++) acc[c] = _mm512_setzero_ps();
-        for (int32_t i = 0; i < dk; i++) {
-            const float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
-            const __m512 ki = _mm512_set1_ps(k[i]);
-            for (int c = 0; c < nvec; c++)
-                acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(Si + 16 * c), ki, acc[c]);
+        switch ((dv - j0 < GDN_COLS ? dv - j0 : GDN_COLS) / 16) {
+#define CASE(N)                                                                                  \
+    case N: gdn_strip(S, k, v, q, va, vb, dk, dv, j0, N, o); break;
+            CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
+#undef CASE
+        default: break; /* GDN_COLS / 16 <= 8 */
         }
-        for (int c = 0; c < nvec; c++) {
-            const __m512 vv = _mm512_loadu_ps(v + j0 + 16 * c);
-            dlt[c] = _mm512_mul_ps(vb, _mm512_fnmadd_ps(va, acc[c], vv));
-            acc[c] = _mm512_setzero_ps();
-        }
-        for (int32_t i = 0; i < dk; i++) {
-            float *Si = S + (size_t)i * (size_t)dv + (size_t)j0;
-            const __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
-            for (int c = 0; c < nvec; c++) {
-                const __m512 sn =
-                    _mm512_fmadd_ps(ki, dlt[c], _mm512_mul_ps(va, _mm512_loadu_ps(Si + 16 * c)));
-                _mm512_storeu_ps(Si + 16 * c, sn);
-                acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
-            }
-        }
-        for (int c = 0; c < nvec; c++) _mm512_storeu_ps(o + j0 + 16 * c, acc[c]);
     }
 }
 

@@ -14,7 +14,8 @@
  *   gdn_step:        o_j: 4 (dk + 4) u (sum_i |S_ij k_i| (1 + sum_i |k_i q_i|) + sum_i |S_ij q_i|
  *                    + sum_i |S'_ij q_i| + |delta_j| sum_i |k_i q_i| + |v_j|), S' elementwise
  *                    4 u (|S_ij| + |k_i| (|delta_j| + beta (dk + 2) sum_i |S_ij k_i|))
- * Shapes: ragged n and k (any k >= 1 is supported, no multiple of 32 needed), m in 1..64,
+ * Shapes: ragged n and k (any k >= 1 is supported, no multiple of 32 needed; k > 2048 runs
+ * the VDPBF16PS path in chunks), m in 1..64,
  * hd in {8, 16, 40, 64, 128, 256}. The random seed is fixed; a failure prints the case. */
 #include <check.h>
 #include <math.h>
@@ -98,7 +99,7 @@ static float *nan_floats(size_t n) {
 /* ---- bf16 GEMM ------------------------------------------------------------------------- */
 
 /* The shapes every table must pass: edges of the 32-wide steps, 4-row and 4-token tiles. */
-static const int gemm_k[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 257, 1000, 2048};
+static const int gemm_k[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 128, 257, 1000, 2048, 2049, 4100};
 static const int gemm_m[] = {1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 64};
 
 /* One case: w [n][k], x [m][k], y [m][ldy] with ldy = n + 3; rows [n0, n1). */
