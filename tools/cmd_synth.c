@@ -16,7 +16,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: epyq synth -o DIR [--shape tiny|35b-a3b] [--format bf16|gptq|ct|quark|awq]\n"
             "                  [--layers N] [--experts N] [--vocab N] [-s|--seed S]\n"
-            "                  [--tokenizer FILE] [--fused-experts]\n"
+            "                  [--tokenizer FILE] [--fused-experts] [-t N]\n"
             "\n"
             "Write a synthetic Qwen3.6-35B-A3B checkpoint folder: the real tensor names, dtypes,\n"
             "packing and config blocks of each format's writer, values drawn from the seed.\n"
@@ -33,6 +33,7 @@ static void usage(FILE *f) {
             "                     generating a byte-level BPE tokenizer\n"
             "  --fused-experts    bf16 only: fused 3-D experts and BF16 A_log/norm, like the\n"
             "                     original Qwen3.6 release (default: per-expert, F32 A_log/norm)\n"
+            "  -t, --threads N    generator threads (default: one per CPU; the files do not change)\n"
             "  -h, --help         this text\n");
 }
 
@@ -74,7 +75,8 @@ int epyq_cmd_synth(int argc, char **argv) {
         {"format", required_argument, NULL, O_FORMAT}, {"layers", required_argument, NULL, O_LAYERS},
         {"experts", required_argument, NULL, O_EXPERTS}, {"vocab", required_argument, NULL, O_VOCAB},
         {"seed", required_argument, NULL, 's'}, {"tokenizer", required_argument, NULL, O_TOK},
-        {"fused-experts", no_argument, NULL, O_FUSED}, {"help", no_argument, NULL, 'h'},
+        {"fused-experts", no_argument, NULL, O_FUSED}, {"threads", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     const char *shape = "tiny";
     int32_t layers = 0, experts = 0, vocab = 0;
@@ -82,7 +84,7 @@ int epyq_cmd_synth(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:s:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:s:t:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'o': o.out_dir = optarg; break;
         case O_SHAPE: shape = optarg; break;
@@ -98,9 +100,10 @@ int epyq_cmd_synth(int argc, char **argv) {
         case O_LAYERS:
         case O_EXPERTS:
         case O_VOCAB:
-            if (!parse_int(optarg, c == O_LAYERS ? &layers : c == O_EXPERTS ? &experts : &vocab)) {
+        case 't':
+            if (!parse_int(optarg, c == O_LAYERS ? &layers : c == O_EXPERTS ? &experts : c == 't' ? &o.threads : &vocab)) {
                 fprintf(stderr, "epyq synth: --%s needs a positive integer, got '%s'\n",
-                        c == O_LAYERS ? "layers" : c == O_EXPERTS ? "experts" : "vocab", optarg);
+                        c == O_LAYERS ? "layers" : c == O_EXPERTS ? "experts" : c == 't' ? "threads" : "vocab", optarg);
                 return 2;
             }
             break;

@@ -5,22 +5,24 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "numa/pool.h"
 #include "synth/synth_int.h"
 
-#define DENSE_CHUNK 65536 /* elements drawn per step for plain tensors */
-#define GS 128            /* group size of every int4 format synth writes */
+#define DENSE_CHUNK (1u << 20) /* elements per output piece of a plain tensor */
+#define DENSE_TASK (1u << 16)  /* elements per pool task */
+#define GS SYNTH_GS
+#define MAX_K 65536            /* widest int4 linear synth quantizes */
 
 epyq_status synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                               epyq_synth_format f, const synth_plan *p, epyq_err *err) {
+                               epyq_synth_format f, const synth_plan *p, epyq_pool *pool, epyq_err *err) {
     memset(e, 0, sizeof *e);
-    e->d = d, e->seed = seed, e->f = f, e->p = p, e->cur = -1;
+    e->d = d, e->seed = seed, e->f = f, e->p = p, e->cur = -1, e->pool = pool;
+    e->nw = epyq_pool_size(pool);
     size_t nm = (size_t)p->n_modules + 1;
     e->ms = calloc(nm, sizeof *e->ms);
     e->mz = calloc(nm, sizeof *e->mz);
     e->left = malloc(nm * sizeof *e->left);
-    e->row_cap = DENSE_CHUNK;
-    e->row = malloc(e->row_cap * sizeof *e->row);
-    if (!e->ms || !e->mz || !e->left || !e->row) {
+    if (!e->ms || !e->mz || !e->left) {
         synth_emitter_free(e);
         return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory");
     }
@@ -31,7 +33,7 @@ epyq_status synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint6
 void synth_emitter_free(synth_emitter *e) {
     if (e->ms)
         for (int32_t i = 0; i < e->p->n_modules; i++) free(e->ms[i]), free(e->mz[i]);
-    free(e->ms), free(e->mz), free(e->left), free(e->q), free(e->row);
+    free(e->ms), free(e->mz), free(e->left), free(e->q), free(e->rows);
     memset(e, 0, sizeof *e);
 }
 
@@ -43,12 +45,35 @@ static epyq_status grow(void **buf, size_t *cap, size_t need, size_t elem, epyq_
     return EPYQ_OK;
 }
 
+typedef struct {
+    synth_emitter *e;
+    const synth_rule *r;
+    size_t n, k, gn, rows_per_task;
+    float *s;
+    uint8_t *z;
+} quant_job;
+
+static void quant_task(void *ctx, int32_t task, int32_t worker) {
+    const quant_job *j = ctx;
+    float *row = j->e->rows + (size_t)worker * j->e->row_cap;
+    size_t r0 = (size_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
+    for (size_t i = r0; i < r1 && i < j->n; i++) {
+        synth_fill(j->r, i * j->k, j->k, row);
+        synth_quantize(j->e->f, row, 1, (int32_t)j->k, j->e->q + i * j->k, j->s + i * j->gn, j->z + i * j->gn);
+    }
+}
+
 /* Quantize module t->module (codes into e->q; scales/zeros kept while parts need them). */
 static epyq_status quantize_module(synth_emitter *e, const synth_tensor *t, epyq_err *err) {
     if (e->cur == t->module && (e->ms[t->module] || e->left[t->module] <= 0)) return EPYQ_OK;
     const size_t n = (size_t)t->n, k = (size_t)t->k, gn = k / GS;
+    if (k > MAX_K || k % GS) return epyq_err_set(err, EPYQ_E_INTERNAL, "synth: %s has in_features %zu", t->logical, k);
     epyq_status st = grow((void **)&e->q, &e->q_cap, n * k, 1, err);
-    if (!st) st = grow((void **)&e->row, &e->row_cap, k, sizeof(float), err);
+    if (!st && !e->rows) {
+        e->row_cap = MAX_K;
+        if (!(e->rows = malloc((size_t)e->nw * MAX_K * sizeof *e->rows)))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory");
+    }
     if (st) return st;
     float *s = e->ms[t->module];
     uint8_t *z = e->mz[t->module];
@@ -64,13 +89,12 @@ static epyq_status quantize_module(synth_emitter *e, const synth_tensor *t, epyq
     snprintf(name, sizeof name, "%s.weight", t->logical);
     synth_rule r;
     if ((st = synth_rule_for(e->d, e->seed, name, &r, err))) {
-        free(s), free(z);
+        if (s != e->ms[t->module]) free(s), free(z);
         return st;
     }
-    for (size_t i = 0; i < n; i++) {
-        synth_fill(&r, i * k, k, e->row);
-        synth_quantize(e->f, e->row, 1, (int32_t)k, GS, e->q + i * k, s + i * gn, z + i * gn);
-    }
+    quant_job j = {.e = e, .r = &r, .n = n, .k = k, .gn = gn, .s = s, .z = z};
+    j.rows_per_task = (65536 + k - 1) / k; /* ~64k weights per task */
+    epyq_pool_run(e->pool, quant_task, &j, (int32_t)((n + j.rows_per_task - 1) / j.rows_per_task));
     e->cur = t->module;
     if (e->left[t->module] > 0) e->ms[t->module] = s, e->mz[t->module] = z;
     else free(s), free(z);
@@ -81,16 +105,31 @@ static void put_f16(uint16_t *o, float v, synth_dtype dt) {
     *o = dt == SD_F16 ? epyq_f32_to_f16(v) : epyq_f32_to_bf16(v);
 }
 
+typedef struct {
+    const synth_rule *r;
+    uint64_t first;
+    size_t n;
+    void *out;
+    bool f32;
+} dense_job;
+
+static void dense_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const dense_job *j = ctx;
+    size_t a = (size_t)task * DENSE_TASK, m = j->n - a < DENSE_TASK ? j->n - a : DENSE_TASK;
+    if (j->f32) synth_fill(j->r, j->first + a, m, (float *)j->out + a); /* F32 copies hold the bf16 values */
+    else synth_fill_bf16(j->r, j->first + a, m, (uint16_t *)j->out + a);
+}
+
 static epyq_status emit_dense_values(synth_emitter *e, const synth_rule *r, uint64_t first, uint64_t count,
                                      synth_dtype dt, synth_sink *sk) {
     while (count) {
         size_t m = count < DENSE_CHUNK ? (size_t)count : DENSE_CHUNK;
-        synth_fill(r, first, m, e->row);
         void *o = synth_sink_get(sk, m * synth_dtype_size(dt));
         if (!o) return EPYQ_E_IO;
-        if (dt == SD_F32) memcpy(o, e->row, m * sizeof(float));
-        else
-            for (size_t i = 0; i < m; i++) ((uint16_t *)o)[i] = epyq_f32_to_bf16(e->row[i]);
+        dense_job j = {.r = r, .first = first, .n = m, .out = o, .f32 = dt == SD_F32};
+        if (m <= DENSE_TASK) dense_task(&j, 0, 0);
+        else epyq_pool_run(e->pool, dense_task, &j, (int32_t)((m + DENSE_TASK - 1) / DENSE_TASK));
         first += m, count -= m;
     }
     return EPYQ_OK;

@@ -1,6 +1,6 @@
 /* src/synth/quant.c — int4 round-to-nearest quantizers with each tool's own scale rule, and the
  * per-format packers (quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in 0..15.
- * All rounding is ties-to-even (rintf under the default FP environment), like torch.round. */
+ * All rounding is ties-to-even, like torch.round. */
 #include <float.h>
 #include <math.h>
 
@@ -9,39 +9,38 @@
 
 static inline float to_bf16(float x) { return epyq_bf16_to_f32(epyq_f32_to_bf16(x)); }
 static inline float to_f16(float x) { return epyq_f16_to_f32(epyq_f32_to_f16(x)); }
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+/* round half to even for |t| < 2^22 without a libm call, so the group loops vectorize */
+static inline float rne(float t) { return (t + 12582912.0f) - 12582912.0f; }
+static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* One group of gs values: codes into q, returns the stored scale, sets *z. */
-static float quant_group(epyq_synth_format f, const float *x, int32_t gs, uint8_t *q, uint8_t *z) {
+/* One group of SYNTH_GS values: codes into q, returns the stored scale, sets *z. */
+static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_t *z) {
+    enum { G = SYNTH_GS };
     float mn = x[0], mx = x[0];
-    for (int32_t i = 1; i < gs; i++) {
+    for (int i = 1; i < G; i++) {
         mn = x[i] < mn ? x[i] : mn;
         mx = x[i] > mx ? x[i] : mx;
     }
     switch (f) {
     case EPYQ_SYNTH_GPTQ: {
         /* GPTQModel Quantizer.find_params, sym: range widened to 0, made symmetric only when the
-         * group has a negative value (the "no negative value" quirk of §2 is kept). */
+         * group has a negative value (the "no negative value" quirk of §2 is kept) */
         float lo = mn < 0 ? mn : 0, hi = mx > 0 ? mx : 0;
         hi = fabsf(lo) > hi ? fabsf(lo) : hi;
         if (lo < 0) lo = -hi;
         if (lo == 0 && hi == 0) lo = -1, hi = 1;
-        float s = (hi - lo) / 15.0f;
-        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)clampi((int)rintf(x[i] / s) + 8, 0, 15);
+        const float s = (hi - lo) / 15.0f;
+        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)clampf(rne(x[i] / s) + 8.0f, 0.0f, 15.0f);
         *z = 8;
         return to_f16(s); /* codes use the unrounded scale; the fp16 copy is what is stored */
     }
     case EPYQ_SYNTH_CT: {
         /* compressed-tensors sym int4: absmax / 7.5 with 0 in range; divides in the bf16 dtype */
-        float lo = mn < 0 ? mn : 0, hi = mx > 0 ? mx : 0;
-        float am = fabsf(lo) > hi ? fabsf(lo) : hi;
-        float s = to_bf16(am / 7.5f);
+        float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
+        float s = to_bf16((lo > hi ? lo : hi) / 7.5f);
         if (s < FLT_EPSILON) s = to_bf16(FLT_EPSILON);
-        for (int32_t i = 0; i < gs; i++) {
-            float t = to_bf16(x[i] / s);
-            t = t < -8 ? -8 : t > 7 ? 7 : t;
-            q[i] = (uint8_t)((int)rintf(t) + 8);
-        }
+        for (int i = 0; i < G; i++)
+            q[i] = (uint8_t)(int)(rne(clampf(synth_round_bf16(x[i] / s), -8.0f, 7.0f)) + 8.0f);
         *z = 8;
         return s;
     }
@@ -50,16 +49,16 @@ static float quant_group(epyq_synth_format f, const float *x, int32_t gs, uint8_
         float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
         float s = (lo > hi ? lo : hi) / 7.5f;
         if (s < FLT_EPSILON) s = FLT_EPSILON;
-        float inv = 1.0f / s;
-        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)(clampi((int)rintf(x[i] * inv), -8, 7) + 8);
+        const float inv = 1.0f / s;
+        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)(clampf(rne(x[i] * inv), -8.0f, 7.0f) + 8.0f);
         *z = 8;
         return to_bf16(s);
     }
     case EPYQ_SYNTH_AWQ: {
         /* AutoAWQ zero_point=True: raw min/max (0 not forced in), integer zero point */
-        float s = (mx - mn > 1e-5f ? mx - mn : 1e-5f) / 15.0f;
-        int zz = clampi(-(int)rintf(mn / s), 0, 15);
-        for (int32_t i = 0; i < gs; i++) q[i] = (uint8_t)clampi((int)rintf(x[i] / s) + zz, 0, 15);
+        const float s = (mx - mn > 1e-5f ? mx - mn : 1e-5f) / 15.0f;
+        const float zz = clampf(-rne(mn / s), 0.0f, 15.0f);
+        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)clampf(rne(x[i] / s) + zz, 0.0f, 15.0f);
         *z = (uint8_t)zz;
         return to_f16(s);
     }
@@ -69,13 +68,13 @@ static float quant_group(epyq_synth_format f, const float *x, int32_t gs, uint8_
     return 0;
 }
 
-void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, int32_t gs, uint8_t *q,
-                    float *s, uint8_t *z) {
-    const int32_t gn = k / gs;
+void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
+                    uint8_t *z) {
+    const int32_t gn = k / SYNTH_GS;
     for (int32_t r = 0; r < n; r++)
         for (int32_t g = 0; g < gn; g++) {
-            size_t o = (size_t)r * (size_t)k + (size_t)g * (size_t)gs;
-            s[(size_t)r * gn + g] = quant_group(f, w + o, gs, q + o, z + (size_t)r * gn + g);
+            size_t o = (size_t)r * (size_t)k + (size_t)g * SYNTH_GS;
+            s[(size_t)r * gn + g] = quant_group(f, w + o, q + o, z + (size_t)r * gn + g);
         }
 }
 

@@ -60,6 +60,7 @@ typedef struct {
     epyq_synth_dims dims;
     uint64_t seed;
     bool fused_experts;          /* BF16 only: fused 3-D experts + BF16 A_log/norm (Qwen3.6 release) */
+    int32_t threads;             /* generator threads; 0 = one per allowed CPU (files are identical) */
     const char *tokenizer;       /* NULL: generate; else a tokenizer.json to copy (its folder's
                                     tokenizer_config.json too, when present) */
     /* Called after every chunk written (done/total in bytes of tensor data). May be NULL. */

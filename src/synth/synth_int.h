@@ -19,21 +19,26 @@ const char *synth_dtype_name(synth_dtype t);
 
 /* ---- random numbers: value i of a tensor is a pure function of (key, i) ---- */
 uint64_t synth_key(uint64_t seed, const char *name);
-static inline uint64_t synth_mix(uint64_t key, uint64_t i) {
-    /* splitmix64 finaliser over a Weyl sequence: independent streams per key, O(1) seek */
-    uint64_t z = key + (i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+/* Draw j of stream `key`: wyrand's step (Weyl counter + 64x64->128 multiply-fold), so any draw is
+ * computed in O(1) without the ones before it. */
+static inline uint64_t synth_draw64(uint64_t key, uint64_t j) {
+    uint64_t a = key + (j + 1) * 0xa0761d6478bd642full;
+    unsigned __int128 m = (unsigned __int128)(a ^ 0xe7037ed1a0b428dbull) * a;
+    return (uint64_t)(m >> 64) ^ (uint64_t)m;
 }
-/* Standard-normal-like value: Irwin-Hall sum of the four 16-bit lanes of one draw, scaled to
- * unit variance (bounded by ±3.46; cheap enough to fill 35 B weights at disk speed). */
-static inline float synth_normal(uint64_t r) {
-    uint32_t s = (uint32_t)(r & 0xFFFF) + (uint32_t)((r >> 16) & 0xFFFF) +
-                 (uint32_t)((r >> 32) & 0xFFFF) + (uint32_t)(r >> 48);
-    return ((float)s - 131070.0f) * (1.0f / 37837.2f);
+/* Normal-like value from 32 random bits: Irwin-Hall sum of the four bytes, scaled to unit
+ * variance (bounded by +-3.45). Element i of a tensor uses half (i & 1) of draw i / 2. */
+static inline float synth_normal32(uint32_t x) {
+    uint32_t p = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
+    return ((float)(int32_t)((p & 0xFFFFu) + (p >> 16)) - 510.0f) * (1.0f / 147.80054f);
 }
 static inline float synth_uniform(uint64_t r) { return (float)(r >> 40) * (1.0f / 16777216.0f); }
+/* bf16 rounding (nearest even) of a finite float, kept as float */
+static inline float synth_round_bf16(float x) {
+    union { float f; uint32_t u; } v = {.f = x};
+    v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
+    return v.f;
+}
 
 /* How a logical tensor's values are drawn (chosen from its name, see draw.c). */
 typedef enum { RULE_NORMAL, RULE_ONE_PLUS_NORMAL, RULE_A_LOG, RULE_DT_BIAS } synth_rule_kind;
@@ -45,14 +50,16 @@ typedef struct {
 
 epyq_status synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name, synth_rule *r,
                            epyq_err *err);
-/* Elements [first, first + n) of a logical tensor, rounded to bf16 (returned as float). */
+/* Elements [first, first + n) of a logical tensor, rounded to bf16: as float, or as bf16 bits. */
 void synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out);
+void synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *out);
 
-/* ---- int4: canonical codes w = (q - z) * s, q in 0..15, per group of gs along k ---- */
-/* Quantize W [n][k] by the rule of the tool that writes `f` (quant-formats.md §2):
- * q [n][k], s [n][k/gs] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/gs]. */
-void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, int32_t gs, uint8_t *q,
-                    float *s, uint8_t *z);
+/* ---- int4: canonical codes w = (q - z) * s, q in 0..15, per group of SYNTH_GS along k ---- */
+#define SYNTH_GS 128 /* group size of every int4 format synth writes */
+/* Quantize W [n][k] by the rule of the tool that writes `f` (quant-formats.md §2): q [n][k],
+ * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
+void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
+                    uint8_t *z);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);
@@ -111,14 +118,17 @@ void *synth_sink_get(synth_sink *s, size_t n);
 
 /* Generates the bytes of planned tensors in any order; int4 modules are quantized once, their
  * scales/zeros kept until the module's last part that needs them is written. */
+struct epyq_pool;
 typedef struct {
     const epyq_synth_dims *d;
     uint64_t seed;
     epyq_synth_format f;
     const synth_plan *p;
+    struct epyq_pool *pool; /* generator threads (not owned); values never depend on the split */
+    int32_t nw;           /* pool workers */
     int32_t cur;          /* int4 module whose codes are in q, or -1 */
     uint8_t *q;           /* [n][k] codes of module cur */
-    float *row;           /* [max k] one row of master weights / chunk of dense values */
+    float *rows;          /* [nw][row_cap] one row of master weights per worker */
     size_t q_cap, row_cap;
     float **ms;           /* [n_modules] scales [n][k/128] while parts are pending */
     uint8_t **mz;         /* [n_modules] zeros [n][k/128] */
@@ -126,7 +136,8 @@ typedef struct {
 } synth_emitter;
 
 epyq_status synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                               epyq_synth_format f, const synth_plan *p, epyq_err *err);
+                               epyq_synth_format f, const synth_plan *p, struct epyq_pool *pool,
+                               epyq_err *err);
 epyq_status synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sink *s, epyq_err *err);
 void synth_emitter_free(synth_emitter *e);
 

@@ -1,10 +1,12 @@
 /* src/synth/write.c — epyq_synth_write: configs, tokenizer, shards (precomputed header, then
- * tensor data streamed through one buffer) and, last, model.safetensors.index.json — so a folder
- * with an index is complete. Shards are written under a temporary name and renamed when done.
- * Written pages are handed to the kernel for write-back and dropped from the page cache as we
- * go, so an 18 GB checkpoint does not push everything else out of memory. */
+ * tensor data streamed through two buffers: the caller fills one while a writer thread writes
+ * the other) and, last, model.safetensors.index.json — so a folder with an index is complete.
+ * Shards are written under a temporary name and renamed when done. Written pages are handed to
+ * the kernel for write-back and dropped from the page cache as we go, so an 18 GB checkpoint
+ * does not push everything else out of memory. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,33 +14,38 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "numa/pool.h"
 #include "synth/synth_int.h"
 
 #define SINK_BUF (16u << 20)
 #define SINK_MAX_GET (4u << 20)
 
 struct synth_sink {
-    int fd;
-    const char *path;
-    uint8_t *buf;        /* [SINK_BUF] */
-    size_t used;
-    uint64_t flushed;    /* file offset of buf[0] */
-    uint64_t data_done, data_total; /* for progress, over the whole checkpoint */
-    uint64_t data_start; /* file offset where tensor data begins */
-    epyq_err *err;
-    bool failed;
+    uint8_t *buf[2];     /* [SINK_BUF] each: buf[cur] is being filled */
+    int cur;
+    size_t used;         /* bytes of buf[cur] */
+    uint64_t data_done, data_total; /* tensor bytes, for progress */
     void (*progress)(void *, uint64_t, uint64_t);
     void *progress_ctx;
+    /* writer thread: writes `pend` (pend_len bytes) to fd at file offset pend_off */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const uint8_t *pend;
+    size_t pend_len;
+    uint64_t pend_off, file_off; /* file_off: offset of the next handed-off byte */
+    int fd;
+    const char *path;
+    bool quit, failed;
+    epyq_err werr;       /* the writer thread's error */
 };
 
-static bool write_all(synth_sink *s, const void *p, size_t n) {
-    const uint8_t *b = p;
+static bool write_range(synth_sink *s, const uint8_t *b, size_t n) {
     while (n) {
         ssize_t w = write(s->fd, b, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            epyq_err_set(s->err, EPYQ_E_IO, "%s: write failed: %s", s->path, w < 0 ? strerror(errno) : "no space");
-            s->failed = true;
+            epyq_err_set(&s->werr, EPYQ_E_IO, "%s: write failed: %s", s->path, w < 0 ? strerror(errno) : "no space");
             return false;
         }
         b += w, n -= (size_t)w;
@@ -46,32 +53,97 @@ static bool write_all(synth_sink *s, const void *p, size_t n) {
     return true;
 }
 
-static bool sink_flush(synth_sink *s) {
-    if (s->failed) return false;
-    if (!s->used) return true;
-    if (!write_all(s, s->buf, s->used)) return false;
-    uint64_t off = s->flushed, len = s->used;
-    /* start write-back of this piece; wait for the previous one and drop it from the cache */
-    sync_file_range(s->fd, (off64_t)off, (off64_t)len, SYNC_FILE_RANGE_WRITE);
-    if (off >= SINK_BUF) {
-        off64_t prev = (off64_t)(off - SINK_BUF);
-        sync_file_range(s->fd, prev, SINK_BUF,
-                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-        posix_fadvise(s->fd, prev, SINK_BUF, POSIX_FADV_DONTNEED);
+static void *writer_main(void *arg) {
+    synth_sink *s = arg;
+    uint64_t prev_off = 0, prev_len = 0; /* the piece before, still being written back */
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->pend && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->pend) break;
+        const uint8_t *b = s->pend;
+        size_t n = s->pend_len;
+        uint64_t off = s->pend_off;
+        pthread_mutex_unlock(&s->mu);
+        bool ok = s->failed ? false : write_range(s, b, n);
+        if (ok) {
+            /* start write-back of this piece; wait for the one before and drop it from the cache */
+            sync_file_range(s->fd, (off64_t)off, (off64_t)n, SYNC_FILE_RANGE_WRITE);
+            if (off > 0 && prev_len) {
+                sync_file_range(s->fd, (off64_t)prev_off, (off64_t)prev_len,
+                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+                posix_fadvise(s->fd, (off_t)prev_off, (off_t)prev_len, POSIX_FADV_DONTNEED);
+            }
+            prev_off = off, prev_len = n;
+        }
+        pthread_mutex_lock(&s->mu);
+        if (!ok) s->failed = true;
+        s->pend = NULL;
+        pthread_cond_broadcast(&s->cv);
     }
-    s->flushed += len;
-    s->used = 0;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* Wait until the writer has finished what it was given; false if any write failed. */
+static bool sink_wait(synth_sink *s) {
+    pthread_mutex_lock(&s->mu);
+    while (s->pend) pthread_cond_wait(&s->cv, &s->mu);
+    bool ok = !s->failed;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+/* Hand the filled buffer to the writer and continue in the other one. */
+static bool sink_flush(synth_sink *s) {
+    if (!sink_wait(s)) return false;
+    if (!s->used) return true;
+    pthread_mutex_lock(&s->mu);
+    s->pend = s->buf[s->cur], s->pend_len = s->used, s->pend_off = s->file_off;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    s->file_off += s->used;
+    s->cur ^= 1, s->used = 0;
     if (s->progress) s->progress(s->progress_ctx, s->data_done, s->data_total);
     return true;
 }
 
 void *synth_sink_get(synth_sink *s, size_t n) {
-    if (s->failed || n > SINK_MAX_GET) return NULL;
+    if (n > SINK_MAX_GET) return NULL;
     if (s->used + n > SINK_BUF && !sink_flush(s)) return NULL;
-    void *p = s->buf + s->used;
+    void *p = s->buf[s->cur] + s->used;
     s->used += n;
     s->data_done += n;
     return p;
+}
+
+static epyq_status sink_init(synth_sink *s, const synth_plan *p, const epyq_synth_opts *o, epyq_err *err) {
+    memset(s, 0, sizeof *s);
+    s->fd = -1;
+    s->data_total = p->total, s->progress = o->progress, s->progress_ctx = o->progress_ctx;
+    s->buf[0] = malloc(SINK_BUF);
+    s->buf[1] = malloc(SINK_BUF);
+    if (!s->buf[0] || !s->buf[1]) {
+        free(s->buf[0]), free(s->buf[1]);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory for output buffers");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
+        free(s->buf[0]), free(s->buf[1]);
+        return epyq_err_set(err, EPYQ_E_INTERNAL, "synth: cannot start the writer thread");
+    }
+    return EPYQ_OK;
+}
+
+static void sink_free(synth_sink *s) {
+    pthread_mutex_lock(&s->mu);
+    s->quit = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->buf[0]), free(s->buf[1]);
 }
 
 static char *shard_name(int32_t i, int32_t n) {
@@ -113,27 +185,30 @@ static epyq_status write_shard(const char *dir, const synth_plan *p, int32_t sha
         st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory building the header", fname);
         goto out;
     }
+    if (!sink_wait(sk)) {
+        st = epyq_err_set(err, sk->werr.code, "%s", sk->werr.msg);
+        goto out;
+    }
     sk->fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (sk->fd < 0) {
         st = epyq_err_set(err, EPYQ_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
         goto out;
     }
-    sk->path = tmp, sk->used = 0, sk->flushed = 0, sk->failed = false;
+    sk->path = tmp, sk->used = 0, sk->file_off = 0;
     uint64_t hl = h.len;
-    memcpy(sk->buf, &hl, 8); /* u64 little-endian header length */
-    sk->used = 8;
+    uint8_t *o = synth_sink_get(sk, 8); /* u64 little-endian header length */
+    memcpy(o, &hl, 8);
     const char *hp = h.s;
     size_t left = h.len;
-    while (left) { /* header can exceed the buffer for 100k-tensor shards */
+    while (left && o) { /* the header can exceed the buffer for 100k-tensor shards */
         size_t m = left < SINK_MAX_GET ? left : SINK_MAX_GET;
-        uint8_t *o = synth_sink_get(sk, m);
-        if (!o) break;
-        sk->data_done -= m; /* header bytes are not tensor data */
-        memcpy(o, hp, m);
+        if ((o = synth_sink_get(sk, m))) memcpy(o, hp, m);
         hp += m, left -= m;
     }
-    for (size_t i = first; i < end && !sk->failed && !st; i++) st = synth_emit_tensor(em, &p->t[i], sk, err);
-    if (!st && !sink_flush(sk)) st = EPYQ_E_IO;
+    sk->data_done -= 8 + h.len; /* header bytes are not tensor data */
+    for (size_t i = first; i < end && !st; i++) st = synth_emit_tensor(em, &p->t[i], sk, err);
+    bool ok = sink_flush(sk) && sink_wait(sk);
+    if (!ok && (!st || st == EPYQ_E_IO)) st = epyq_err_set(err, sk->werr.code, "%s", sk->werr.msg);
     if (!st && fsync(sk->fd) != 0) st = epyq_err_set(err, EPYQ_E_IO, "%s: fsync: %s", tmp, strerror(errno));
     if (close(sk->fd) != 0 && !st) st = epyq_err_set(err, EPYQ_E_IO, "%s: close: %s", tmp, strerror(errno));
     sk->fd = -1;
@@ -206,15 +281,25 @@ epyq_status epyq_synth_write(const epyq_synth_opts *o, epyq_synth_stats *stats, 
     if (st) return st;
     synth_plan plan;
     if ((st = synth_plan_build(&plan, &o->dims, o->format, o->fused_experts, err))) return st;
-    synth_emitter em;
-    if ((st = synth_emitter_init(&em, &o->dims, o->seed, o->format, &plan, err))) {
+    epyq_pool *pool;
+    epyq_pool_opts po = {.n_threads = o->threads, .node = -1};
+    if ((st = epyq_pool_create(&pool, &po, err))) {
         synth_plan_free(&plan);
         return st;
     }
-    synth_sink sk = {.fd = -1, .err = err, .data_total = plan.total, .progress = o->progress,
-                     .progress_ctx = o->progress_ctx};
-    sk.buf = malloc(SINK_BUF);
-    if (!sk.buf) st = epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory");
+    synth_emitter em;
+    if ((st = synth_emitter_init(&em, &o->dims, o->seed, o->format, &plan, pool, err))) {
+        epyq_pool_free(pool);
+        synth_plan_free(&plan);
+        return st;
+    }
+    synth_sink sk;
+    if ((st = sink_init(&sk, &plan, o, err))) {
+        synth_emitter_free(&em);
+        epyq_pool_free(pool);
+        synth_plan_free(&plan);
+        return st;
+    }
     if (!st) st = synth_write_configs(o->out_dir, &o->dims, o->format, &plan, err);
     if (!st) st = synth_write_tokenizer(o->out_dir, &o->dims, o->tokenizer, err);
     size_t first = 0;
@@ -232,8 +317,9 @@ epyq_status epyq_synth_write(const epyq_synth_opts *o, epyq_synth_stats *stats, 
         stats->n_q4_modules = (size_t)plan.n_modules;
         stats->seconds = epyq_now() - t0;
     }
-    free(sk.buf);
+    sink_free(&sk);
     synth_emitter_free(&em);
+    epyq_pool_free(pool);
     synth_plan_free(&plan);
     return st;
 }
