@@ -10,7 +10,6 @@
  * does (a rejected single_word match is skipped, not retried at a later offset). */
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #include "tok/tok_internal.h"
 
@@ -104,20 +103,14 @@ static epyq_status after_normalize(enc *E, const uint8_t *s, size_t n) {
     return encode_normalized(E, s, n);
 }
 
-/* NFC of one gap. ASCII is its own NFC, which keeps the common case copy-free. */
+/* NFC of one gap (tok_nfc leaves text that is already NFC uncopied). */
 static epyq_status normalize_gap(enc *E, const uint8_t *s, size_t n) {
-    bool ascii = true;
-    for (size_t i = 0; i < n && ascii; i++) ascii = s[i] < 0x80;
-    if (!E->t->nfc || ascii) return after_normalize(E, s, n);
-    utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map(s, (utf8proc_ssize_t)n, &dst, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (r < 0) {
-        free(dst);
-        return epyq_err_set(E->err, r == UTF8PROC_ERROR_NOMEM ? EPYQ_E_NOMEM : EPYQ_E_INTERNAL,
-                            "tokenizer: NFC of a %zu-byte text failed: %s", n, utf8proc_errmsg(r));
-    }
-    epyq_status st = after_normalize(E, dst, (size_t)r);
-    free(dst);
+    if (!E->t->nfc) return after_normalize(E, s, n);
+    epyq_sbuf norm = {0};
+    bool changed;
+    epyq_status st = tok_nfc(s, n, &norm, &changed, E->err);
+    if (!st) st = changed ? after_normalize(E, (const uint8_t *)norm.p, norm.len) : after_normalize(E, s, n);
+    epyq_sbuf_free(&norm);
     return st;
 }
 

@@ -155,6 +155,12 @@ void tok_cache_release(tok_cache *c);
 tok_cache *tok_cache_new(size_t entries);
 void tok_cache_free(tok_cache *c);
 
+/* ---- NFC (nfc.c) ------------------------------------------------------------------------ */
+
+/* NFC of valid UTF-8 s[0, n). When the text is already NFC nothing is written and *changed
+ * is false (use s as it is); else the normalized text is appended to out. */
+epyq_status tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, epyq_err *err);
+
 /* ---- Split pre-tokenizer (pretok.c) ---------------------------------------------------- */
 
 epyq_status tok_split_compile(const char *pat, size_t len, bool literal, pcre2_code **out, bool *jit,
