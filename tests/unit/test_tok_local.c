@@ -1,0 +1,353 @@
+/* tests/unit/test_tok_local.c — the tokenizer on a tiny tokenizer.json written by this test
+ * (no ../shared needed): 256 byte tokens, nine merges, four added tokens with different flags.
+ * Every expected id list below was worked out by hand from those merges, the Qwen3.5 split
+ * pattern and the added-token rules; the UTF-8 repair cases follow the Unicode "maximal
+ * subpart" examples. Also: the scan and heap BPE loops agree, bad files are refused. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "tests/testutil.h"
+#include "tok/json_text.h"
+#include "tok/sbuf.h"
+#include "tok/tok_internal.h"
+#include "tok/tokenizer.h"
+#include "tests/unit/tok_tiny.h"
+
+static epyq_tok *g_tiny;
+static char *g_tiny_dir;
+
+static void setup(void) {
+    epyq_log_set_level(EPYQ_LOG_ERROR); /* the deliberate id mismatch of <think> warns */
+    g_tiny_dir = tok_tiny_default();
+    ck_assert_ptr_nonnull(g_tiny_dir);
+    epyq_err err;
+    ck_assert_msg(epyq_tok_load(&g_tiny, g_tiny_dir, &err) == EPYQ_OK, "%s", err.msg);
+}
+
+static void teardown(void) { epyq_tok_free(g_tiny); }
+
+static void expect_ids(const epyq_tok *t, const char *text, size_t len, unsigned flags, const int32_t *want, size_t nw) {
+    int32_t *ids;
+    size_t n;
+    epyq_err err;
+    ck_assert_msg(epyq_tok_encode_ex(t, text, len, flags, &ids, &n, &err) == EPYQ_OK, "%s", err.msg);
+    char got[512] = "";
+    for (size_t i = 0; i < n; i++) snprintf(got + strlen(got), sizeof got - strlen(got), "%d ", ids[i]);
+    ck_assert_msg(n == nw, "\"%s\": %zu ids (%s), want %zu", text, n, got, nw);
+    for (size_t i = 0; i < n; i++) ck_assert_msg(ids[i] == want[i], "\"%s\": id %zu is %d, want %d (%s)", text, i, ids[i], want[i], got);
+    free(ids);
+}
+
+#define EXPECT(text, ...)                                                                                               \
+    do {                                                                                                                \
+        static const int32_t w_[] = {__VA_ARGS__};                                                                     \
+        expect_ids(g_tiny, text, sizeof(text) - 1, 0, w_, sizeof w_ / sizeof w_[0]);                                   \
+    } while (0)
+
+START_TEST(merge_order) {
+    /* h-e (rank 1) beats l-l (rank 3), so "hell"/"hello" can never form from "hello". */
+    EXPECT("hello", 257, 259, 'o');
+    /* the same pair three times: leftmost first, so aa aa a. */
+    EXPECT("aaaaa", 263, 263, 'a');
+    /* Ġ t -> Ġt, h e -> he, Ġt he -> Ġthe */
+    EXPECT(" the", 258);
+    EXPECT("the the", 't', 257, 258);
+    /* the split keeps the letter before "the" in the same piece: no Ġ, no Ġthe */
+    EXPECT("athe", 'a', 't', 257);
+    /* a digit is its own piece; the contraction is its own piece, case-insensitively */
+    EXPECT("1the", '1', 't', 257);
+    EXPECT("he's", 257, 264);
+    EXPECT("he'S", 257, '\'', 'S');
+}
+END_TEST
+
+START_TEST(empty_text) {
+    int32_t *ids;
+    size_t n;
+    epyq_err err;
+    ck_assert(epyq_tok_encode(g_tiny, "", 0, &ids, &n, &err) == EPYQ_OK);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_nonnull(ids);
+    free(ids);
+}
+END_TEST
+
+START_TEST(added_tokens) {
+    /* <think> is listed with id 300 but, as in the reference, gets the next free id. */
+    ck_assert_int_eq(epyq_tok_id(g_tiny, "<think>"), 266);
+    ck_assert_int_eq(epyq_tok_vocab_size(g_tiny), 269);
+    EXPECT("a<|end|>b", 'a', 265, 'b');
+    EXPECT("<think>the", 266, 't', 257);
+    /* lstrip/rstrip swallow the spaces around <mask> */
+    EXPECT("x <mask>  y", 'x', 267, 'y');
+    /* single_word: only where no word character touches it */
+    EXPECT("a zz b", 'a', ' ', 268, ' ', 'b');
+    EXPECT("azz", 'a', 'z', 'z');
+    EXPECT("zz_", 'z', 'z', '_');
+    /* leftmost-longest: "<|end|>" inside other text, twice in a row */
+    EXPECT("<|end|><|end|>", 265, 265);
+    /* split-special spells special tokens out (split by the regex), <think> still matches */
+    static const int32_t w[] = {'<', '|', 'e', 'n', 'd', '|', '>', 266};
+    expect_ids(g_tiny, "<|end|><think>", 14, EPYQ_TOK_ENC_SPLIT_SPECIAL, w, 8);
+    ck_assert(epyq_tok_is_special(g_tiny, 265));
+    ck_assert(!epyq_tok_is_special(g_tiny, 266));
+    ck_assert_int_eq(epyq_tok_eos_id(g_tiny), 265);
+    ck_assert_int_eq(epyq_tok_pad_id(g_tiny), 265);
+    ck_assert_str_eq(epyq_tok_chat_template(g_tiny), "{{ x }}");
+    ck_assert_int_eq(epyq_tok_id(g_tiny, "<|cfg|>"), -1);
+}
+END_TEST
+
+START_TEST(config_tokens_option) {
+    epyq_tok_opts o = epyq_tok_opts_default();
+    o.config_added_tokens = true;
+    epyq_tok *t;
+    epyq_err err;
+    ck_assert_msg(epyq_tok_load_opts(&t, g_tiny_dir, &o, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_int_eq(epyq_tok_id(t, "<|cfg|>"), 269);
+    static const int32_t w[] = {'a', 269};
+    expect_ids(t, "a<|cfg|>", 8, 0, w, 2);
+    epyq_tok_free(t);
+}
+END_TEST
+
+START_TEST(nfc_and_invalid_utf8) {
+    /* e + COMBINING ACUTE composes to U+00E9 = C3 A9 */
+    EXPECT("e\xCC\x81", 0xC3, 0xA9);
+    /* an invalid byte becomes U+FFFD = EF BF BD, like a lossy Rust String */
+    EXPECT("\xFF", 0xEF, 0xBF, 0xBD);
+    /* truncated 3-byte sequence then ASCII: one U+FFFD, then the letter in the same word */
+    EXPECT("\xE2\x82" "a", 0xEF, 0xBF, 0xBD, 'a');
+    /* a surrogate encoded in UTF-8 is three maximal subparts: three U+FFFD */
+    EXPECT("\xED\xA0\x80", 0xEF, 0xBF, 0xBD, 0xEF, 0xBF, 0xBD, 0xEF, 0xBF, 0xBD);
+    /* NUL is ordinary text */
+    EXPECT("a\0b", 'a', 0, 'b');
+}
+END_TEST
+
+START_TEST(merge_spellings_and_no_normalizer) {
+    char *dir = tok_tiny_write(true, "null", NULL);
+    epyq_tok *t;
+    epyq_err err;
+    ck_assert_msg(epyq_tok_load(&t, dir, &err) == EPYQ_OK, "%s", err.msg);
+    static const int32_t w1[] = {257, 259, 'o', 258};
+    expect_ids(t, "hello the", 9, 0, w1, 4);
+    /* without NFC the combining accent stays a separate code point (CC 81) */
+    static const int32_t w2[] = {'e', 0xCC, 0x81};
+    expect_ids(t, "e\xCC\x81", 3, 0, w2, 3);
+    epyq_tok_free(t);
+    free(dir);
+}
+END_TEST
+
+START_TEST(bad_files_refused) {
+    epyq_tok *t;
+    epyq_err err;
+    char *dir = tok_tiny_write(false, "{\"type\":\"NFKC\"}", NULL);
+    ck_assert_int_eq(epyq_tok_load(&t, dir, &err), EPYQ_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "NFKC") != NULL, "%s", err.msg);
+    free(dir);
+    dir = tok_tiny_write(false, "null", "[\"q\",\"\\u0120nope\"],");
+    ck_assert_int_eq(epyq_tok_load(&t, dir, &err), EPYQ_E_FORMAT);
+    ck_assert_msg(strstr(err.msg, "merges[9]") != NULL, "%s", err.msg);
+    free(dir);
+    ck_assert_int_eq(epyq_tok_load(&t, "/nonexistent-epyq-dir", &err), EPYQ_E_IO);
+    ck_assert_msg(strstr(err.msg, "tokenizer.json") != NULL, "%s", err.msg);
+}
+END_TEST
+
+static char *decode(const int32_t *ids, size_t n, bool skip) {
+    char *s;
+    size_t len;
+    epyq_err err;
+    ck_assert(epyq_tok_decode(g_tiny, ids, n, skip, &s, &len, &err) == EPYQ_OK);
+    return s;
+}
+
+START_TEST(decode_rules) {
+    static const int32_t ids[] = {258, 265, 266, 9999, -5, 0xC3};
+    char *s = decode(ids, 6, false);
+    ck_assert_str_eq(s, " the<|end|><think>\xEF\xBF\xBD"); /* unknown ids vanish, lone C3 -> U+FFFD */
+    free(s);
+    s = decode(ids, 6, true);
+    ck_assert_str_eq(s, " the<think>\xEF\xBF\xBD");
+    free(s);
+    /* the special token between the two halves is dropped, so the bytes join up */
+    static const int32_t split[] = {0xC3, 265, 0xA9};
+    s = decode(split, 3, true);
+    ck_assert_str_eq(s, "\xC3\xA9");
+    free(s);
+    s = decode(split, 3, false);
+    ck_assert_str_eq(s, "\xEF\xBF\xBD<|end|>\xEF\xBF\xBD");
+    free(s);
+}
+END_TEST
+
+START_TEST(stream_holds_partial_utf8) {
+    epyq_tok_stream *st = epyq_tok_stream_new(g_tiny, false);
+    char *out;
+    epyq_err err;
+    /* F0 9F 98 8A = U+1F60A, one byte per token */
+    static const int32_t ids[] = {'a', 0xF0, 0x9F, 0x98, 0x8A, 0xF0, 0x9F};
+    const char *want[] = {"a", "", "", "", "\xF0\x9F\x98\x8A", "", ""};
+    for (size_t i = 0; i < 7; i++) {
+        ck_assert(epyq_tok_stream_push(st, ids[i], &out, &err) == EPYQ_OK);
+        ck_assert_str_eq(out, want[i]);
+        free(out);
+    }
+    ck_assert(epyq_tok_stream_finish(st, &out, &err) == EPYQ_OK);
+    ck_assert_str_eq(out, "\xEF\xBF\xBD"); /* the cut-off emoji */
+    free(out);
+    epyq_tok_stream_free(st);
+    /* an impossible continuation is flushed at once instead of waiting */
+    st = epyq_tok_stream_new(g_tiny, false);
+    ck_assert(epyq_tok_stream_push(st, 0xE2, &out, &err) == EPYQ_OK);
+    ck_assert_str_eq(out, "");
+    free(out);
+    ck_assert(epyq_tok_stream_push(st, 'x', &out, &err) == EPYQ_OK);
+    ck_assert_str_eq(out, "\xEF\xBF\xBDx");
+    free(out);
+    epyq_tok_stream_free(st);
+}
+END_TEST
+
+/* Unicode 15 section 3.9 "U+FFFD substitution of maximal subparts", and holding back. */
+START_TEST(utf8_lossy_rules) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *out;
+    } c[] = {
+        {"\xF0\x9F\x98", 3, "\xEF\xBF\xBD"},
+        {"\xC0\x80", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xE2\x82\x41", 3, "\xEF\xBF\xBD" "A"},
+        {"\xF4\x90\x80\x80", 4, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF0\x90\x80\x80", 4, "\xF0\x90\x80\x80"},
+        {"\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64", 13,
+         "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD" "d"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        epyq_sbuf b = {0};
+        ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)c[i].in, c[i].n, true, &b), c[i].n);
+        ck_assert_msg(b.p && !strcmp(b.p, c[i].out), "case %zu", i);
+        epyq_sbuf_free(&b);
+    }
+    epyq_sbuf b = {0};
+    ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)"ab\xF0\x9F\x98", 5, false, &b), 2);
+    ck_assert_str_eq(b.p, "ab");
+    epyq_sbuf_free(&b);
+}
+END_TEST
+
+/* The linear scan (short words) and the heap (long words) must pick the same merges. */
+START_TEST(scan_and_heap_agree) {
+    uint64_t x = 88172645463325252ull;
+    static const char alphabet[] = "aheltot 's";
+    for (int iter = 0; iter < 2000; iter++) {
+        int32_t a[200], b[200];
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t n = 1 + x % 199;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char ch = alphabet[x % (sizeof alphabet - 1)];
+            a[i] = b[i] = g_tiny->byte_id[(uint8_t)ch];
+        }
+        size_t na = tok_bpe_merge(&g_tiny->merges, a, n, 1), nb = tok_bpe_merge(&g_tiny->merges, b, n, 2);
+        ck_assert_uint_eq(na, nb);
+        ck_assert(!memcmp(a, b, na * sizeof *a));
+    }
+}
+END_TEST
+
+/* Segment-wise NFC (src/tok/nfc.c) equals utf8proc's NFC of the whole text, on random mixes
+ * of starters, marks, precomposed and excluded characters, singletons and Hangul jamo. */
+START_TEST(nfc_segments_match_whole_text) {
+    static const uint32_t pool[] = {'a', 'e', 'A', ' ', '>', 0xE9, 0xC5, 0x301, 0x327, 0x308, 0x344, 0x340, 0x212B, 0x2126,
+                                    0x958, 0x93C, 0x915, 0x1100, 0x1161, 0x11A8, 0xAC00, 0x4E2D, 0x3099, 0x304B, 0x0F73,
+                                    0x0F71, 0x11935, 0x11930, 0x1E0A, 0x323, 0x1F600, 0x0B47, 0x0B3E};
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int iter = 0; iter < 3000; iter++) {
+        epyq_sbuf in = {0}, out = {0};
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t len = x % 12;
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            uint8_t u[4];
+            utf8proc_ssize_t k = utf8proc_encode_char((utf8proc_int32_t)pool[x % (sizeof pool / sizeof pool[0])], u);
+            epyq_sbuf_add(&in, u, (size_t)k);
+        }
+        bool changed;
+        epyq_err err;
+        ck_assert(tok_nfc((const uint8_t *)in.p, in.len, &out, &changed, &err) == EPYQ_OK);
+        utf8proc_uint8_t *whole = NULL;
+        utf8proc_ssize_t r = in.len ? utf8proc_map((const utf8proc_uint8_t *)in.p, (utf8proc_ssize_t)in.len, &whole,
+                                                   UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                                    : 0;
+        const char *got = changed ? out.p : in.p;
+        size_t gl = changed ? out.len : in.len;
+        ck_assert_msg((size_t)r == gl && (gl == 0 || !memcmp(whole, got, gl)), "iteration %d differs", iter);
+        free(whole);
+        epyq_sbuf_free(&in);
+        epyq_sbuf_free(&out);
+    }
+}
+END_TEST
+
+/* The NUL-safe JSON field reader used by --jsonl and the golden tests. */
+START_TEST(json_text_field) {
+    char *s;
+    size_t n;
+    bool found;
+    epyq_err err;
+    const char *ok = "{\"a\":[1,{\"text\":\"no\"}],\"text\":\"x\\u0000y\\n\\ud83d\\ude0a\\\"\" } ";
+    ck_assert(epyq_json_text_field(ok, strlen(ok), "text", &s, &n, &found, &err) == EPYQ_OK);
+    ck_assert(found);
+    ck_assert_uint_eq(n, 9);
+    ck_assert(!memcmp(s, "x\0y\n\xF0\x9F\x98\x8A\"", 9));
+    free(s);
+    static const char *bad[] = {"{\"text\":\"a\",}", "{\"text\":\"\\ud800\"}", "{\"text\":1}", "[\"text\"]",
+                                "{\"text\":\"a\"} x", "{\"text\":\"\xFF\"}", "{\"text\":\"a\nb\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(epyq_json_text_field(bad[i], strlen(bad[i]), "text", &s, &n, &found, &err) == EPYQ_E_FORMAT, "%s", bad[i]);
+    ck_assert(epyq_json_text_field("{\"t\":1}", 7, "text", &s, &n, &found, &err) == EPYQ_OK);
+    ck_assert(!found);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("tok_local");
+    TCase *tc = tcase_create("tiny");
+    tcase_add_unchecked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, merge_order);
+    tcase_add_test(tc, empty_text);
+    tcase_add_test(tc, added_tokens);
+    tcase_add_test(tc, config_tokens_option);
+    tcase_add_test(tc, nfc_and_invalid_utf8);
+    tcase_add_test(tc, merge_spellings_and_no_normalizer);
+    tcase_add_test(tc, bad_files_refused);
+    tcase_add_test(tc, decode_rules);
+    tcase_add_test(tc, stream_holds_partial_utf8);
+    tcase_add_test(tc, utf8_lossy_rules);
+    tcase_add_test(tc, scan_and_heap_agree);
+    tcase_add_test(tc, json_text_field);
+    tcase_add_test(tc, nfc_segments_match_whole_text);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
