@@ -61,11 +61,16 @@ struct epyq_pool {
 
 /* Pool threads alive in the process; when they outnumber usable CPUs spinning is harmful. */
 static atomic_int g_live_threads;
-static int g_cpus_allowed;
+static atomic_int g_cpus_allowed = 1;
 
 /* Worker identity of the current thread, for inline nested runs. */
 static _Thread_local epyq_pool *tls_pool;
 static _Thread_local int32_t tls_worker;
+
+/* A creator pinned by its pools still owns the CPUs it inherited: later pools (other nodes)
+ * check their CPUs against that mask, not against the one CPU it is pinned to now. */
+static _Thread_local int tls_pin_depth;
+static _Thread_local cpu_set_t tls_inherited_mask;
 
 static long futex_wait(atomic_uint *addr, unsigned expected) {
     return syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
@@ -90,7 +95,9 @@ static int64_t now_ns(void) {
 }
 
 static int64_t effective_spin_ns(const epyq_pool *p) {
-    if (atomic_load_explicit(&g_live_threads, memory_order_relaxed) + 1 > g_cpus_allowed) return 0;
+    if (atomic_load_explicit(&g_live_threads, memory_order_relaxed) + 1 >
+        atomic_load_explicit(&g_cpus_allowed, memory_order_relaxed))
+        return 0;
     return p->spin_ns;
 }
 
@@ -125,14 +132,6 @@ static void run_tasks(epyq_pool *p, int32_t w) {
 static void *worker_main(void *arg) {
     worker *wk = arg;
     epyq_pool *p = wk->pool;
-    /* Linux keeps 15 characters of a thread name; format wide, then cut. */
-    char name[32];
-    if (p->node >= 0)
-        snprintf(name, sizeof name, "numa%d_t%d", (int)p->node, (int)wk->id);
-    else
-        snprintf(name, sizeof name, "epyq_t%d", (int)wk->id);
-    name[15] = '\0';
-    pthread_setname_np(pthread_self(), name);
     tls_pool = p;
     tls_worker = wk->id;
 
@@ -156,7 +155,10 @@ static void *worker_main(void *arg) {
 }
 
 static int count_allowed_cpus(cpu_set_t *mask) {
-    if (sched_getaffinity(0, sizeof *mask, mask) != 0) return 1;
+    if (tls_pin_depth > 0)
+        *mask = tls_inherited_mask;
+    else if (sched_getaffinity(0, sizeof *mask, mask) != 0)
+        return 1;
     return CPU_COUNT(mask);
 }
 
@@ -212,6 +214,15 @@ static epyq_status spawn(epyq_pool *p, const int32_t *cpus, epyq_err *err) {
         }
         wk->started = true;
         p->n_spawned++;
+        /* Named by the creator, so the name is there when pool_create returns. Linux keeps
+         * 15 characters: format wide, then cut. */
+        char name[32];
+        if (p->node >= 0)
+            snprintf(name, sizeof name, "numa%d_t%d", (int)p->node, (int)i);
+        else
+            snprintf(name, sizeof name, "epyq_t%d", (int)i);
+        name[15] = '\0';
+        pthread_setname_np(wk->thread, name);
         atomic_fetch_add(&g_live_threads, 1);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -234,7 +245,7 @@ epyq_status epyq_pool_create(epyq_pool **out, const epyq_pool_opts *opts, epyq_e
     *out = NULL;
     cpu_set_t allowed;
     int n_allowed = count_allowed_cpus(&allowed);
-    g_cpus_allowed = n_allowed;
+    atomic_store_explicit(&g_cpus_allowed, n_allowed, memory_order_relaxed);
 
     epyq_pool_opts o = *opts;
     if (o.n_threads < 0)
@@ -277,7 +288,9 @@ epyq_status epyq_pool_create(epyq_pool **out, const epyq_pool_opts *opts, epyq_e
             cpu_set_t one;
             CPU_ZERO(&one);
             CPU_SET(o.cpus[0], &one);
+            if (tls_pin_depth == 0) tls_inherited_mask = p->creator_mask;
             p->pinned_creator = pthread_setaffinity_np(p->creator, sizeof one, &one) == 0;
+            if (p->pinned_creator) tls_pin_depth++;
         }
     }
 
@@ -293,8 +306,10 @@ epyq_status epyq_pool_create(epyq_pool **out, const epyq_pool_opts *opts, epyq_e
 void epyq_pool_free(epyq_pool *p) {
     if (!p) return;
     stop_workers(p);
-    if (p->pinned_creator && pthread_equal(p->creator, pthread_self()))
+    if (p->pinned_creator && pthread_equal(p->creator, pthread_self())) {
         pthread_setaffinity_np(p->creator, sizeof p->creator_mask, &p->creator_mask);
+        tls_pin_depth--;
+    }
     free(p->workers);
     free(p);
 }
