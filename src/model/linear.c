@@ -36,7 +36,7 @@ void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t
                     const epyq_act *a, float *y, int32_t ldy) {
     if (n1 <= n0) return;
     if (l->q4) m->kt->w4_gemm(&l->w4, n0, n1, a, y, ldy);
-    else if (l->exact) m->kt->bf16_gemm_f32(l->bf16, l->k, n0, n1, a, y, ldy);
+    else if (l->exact || m->f32_act) m->kt->bf16_gemm_f32(l->bf16, l->k, n0, n1, a, y, ldy);
     else m->kt->bf16_gemm(l->bf16, l->k, n0, n1, a, y, ldy);
 }
 

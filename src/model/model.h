@@ -7,9 +7,11 @@
  * epyq_model_forward() call takes a batch of tokens from any number of sequences at any
  * positions (prefill chunks and decode steps mixed), keeps the residual stream in fp32, groups
  * the batch's tokens per expert before the expert kernels, and parallelises through the
- * model's thread pool. Every token's result is independent of which other tokens share its
- * batch and of the thread count: per-token work is split by output rows only, and each
- * token's expert outputs are summed in its own top-k order (see tests/unit/test_model_batch.c).
+ * model's thread pool. Work is split by output rows only and each token's expert outputs are
+ * summed in its own top-k order, so results do not depend on the thread count, and a token's
+ * result does not depend on which other tokens share its batch as long as the kernels' per-row
+ * sums do not depend on how many rows share a call (true of the ref twins; the avx512_bf16
+ * A16 expert kernel differs in the last bits — tests/unit/test_model_batch.c).
  *
  * A model is driven by one thread at a time; sequences belong to one model. */
 #ifndef EPYQ_MODEL_H
@@ -25,13 +27,20 @@
 typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
 
 typedef struct {
-    /* Numeric path of the int4 expert kernels (routed and shared experts): EPYQ_PATH_A16
-     * (default) or EPYQ_PATH_A8 (int8 activations, VNNI). The attention and DeltaNet
-     * projections always take bf16 activations: with int8 there as well the tiny-ct fixture's
-     * KL mean was 2.0e-3 nats, twice the conformance bound; experts alone on int8 give 5e-4. */
+    /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (default) or EPYQ_PATH_A8
+     * (int8 activations, VNNI). Every other linear (attention and DeltaNet projections, shared
+     * expert, lm_head) takes bf16 activations. Measured on the tiny-ct fixture (KL mean vs the
+     * float64 expected logits): int8 everywhere 2.0e-3 nats (twice the conformance bound),
+     * int8 in routed + shared experts 5.3e-4 (a top-1 flip at a 0.054 margin with the ref
+     * kernels), routed experts only 2.4e-4; A16 1.1e-4. */
     epyq_numpath path;
     int32_t n_threads;      /* pool size including the caller; 0 = one per allowed CPU */
     bool skip_mtp;          /* do not load mtp.* even when present */
+    bool f32_act;           /* 16-bit linears take fp32 activations (bf16_gemm_f32) instead of
+                               bf16-rounded ones: on a BF16 checkpoint the whole forward pass is
+                               then fp32 math (the fixtures' tightest tolerance tier); int4 linears
+                               still follow `path`. Same bytes streamed, more arithmetic. */
+    const epyq_kern_table *kernels; /* kernel table; NULL = epyq_kern() (tests pin a level) */
     int32_t gdn_chunk_min;  /* a sequence with at least this many tokens in one batch runs the
                                chunked DeltaNet (chunk 64); 0 = default 8; < 0 = never */
 } epyq_model_opts;
@@ -44,6 +53,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
 void epyq_model_free(epyq_model *m);
 const epyq_config *epyq_model_config(const epyq_model *m);
 bool epyq_model_has_mtp(const epyq_model *m);
+int32_t epyq_model_threads(const epyq_model *m); /* pool size, caller included */
 /* Change the numeric path / chunk threshold of a loaded model (tests, --path). */
 void epyq_model_set_path(epyq_model *m, epyq_numpath path);
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens);

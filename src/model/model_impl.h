@@ -56,6 +56,7 @@ struct epyq_model {
     int32_t n_threads;
     epyq_numpath path;
     int32_t gdn_chunk_min;
+    bool f32_act;               /* every 16-bit linear runs bf16_gemm_f32 */
     int32_t gs;                 /* group size of the int4 linears (0: none) */
     /* dimensions */
     int32_t H, V, L, n_attn, n_gdn;

@@ -45,7 +45,7 @@ static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_
     epyq_rlin_rows(m, gate, 0, I, xa, g, I);
     epyq_rlin_rows(m, up, 0, I, xa, u, I);
     for (size_t i = 0; i < (size_t)n * I; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = m->path, .f32 = g, .buf = NULL};
+    epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = g, .buf = NULL};
     epyq_rlin_rows(m, down, 0, down->n, &ha, y, down->n);
     for (int32_t r = 0; r < n; r++)
         for (int32_t i = 0; i < down->n; i++) y[(size_t)r * down->n + i] *= rw[r];
@@ -72,13 +72,15 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
         memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
         rw[r] = j->ent_w[base + r];
     }
-    epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = m->path, .f32 = xg, .buf = NULL};
+    /* int8 activations only in the routed experts (see epyq_model_opts.path) */
+    epyq_numpath path = shared ? EPYQ_PATH_A16 : m->path;
+    epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
     if (ok && gate->q4) {
-        abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, m->path), 1);
+        abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
         scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1);
         ok = abuf && scratch;
         if (ok) {
-            m->kt->act_prep(&xa, xg, n, H, m->gs, m->path, abuf);
+            m->kt->act_prep(&xa, xg, n, H, m->gs, path, abuf);
             m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
         }
     } else if (ok) {

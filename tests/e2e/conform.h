@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ typedef struct {
     double max_logit;   /* max |expected| */
     double kl_mean, kl_max;
     int top1_ok, top1_n; /* rows with margin > 0.05: how many agree on the argmax */
+    double flip_margin;  /* largest expected margin among rows whose argmax differs */
     int rows;
 } conform_stats;
 
@@ -136,16 +138,21 @@ static inline void conform_add(conform_stats *s, const float *e, const float *g,
         s->kl_mean = (s->kl_mean * s->rows + kl) / (s->rows + 1);
         s->kl_max = kl > s->kl_max ? kl : s->kl_max;
         s->rows++;
-        if (conform_margin(er, n) > 0.05) {
+        double mg = conform_margin(er, n);
+        bool same = conform_argmax_f(er, n) == conform_argmax_f(gr, n);
+        if (!same && mg > s->flip_margin) s->flip_margin = mg;
+        if (mg > 0.05) {
             s->top1_n++;
-            s->top1_ok += conform_argmax_f(er, n) == conform_argmax_f(gr, n);
+            s->top1_ok += same;
         }
     }
 }
 
 static inline void conform_print(const char *label, const conform_stats *s) {
-    printf("%-28s rows %3d  max|dlogit| %.3e (tol %.3e)  KL mean %.2e max %.2e  top1 %d/%d\n", label,
+    printf("%-28s rows %3d  max|dlogit| %.3e (tol %.3e)  KL mean %.2e max %.2e  top1 %d/%d", label,
            s->rows, s->max_abs, 1e-3 * s->max_logit, s->kl_mean, s->kl_max, s->top1_ok, s->top1_n);
+    if (s->flip_margin > 0) printf("  (argmax differs at a margin of %.3f)", s->flip_margin);
+    printf("\n");
 }
 
 #endif

@@ -2,7 +2,10 @@
  * ../shared/fixtures/models on both int4 numeric paths (A16, A8), with the fixture README's
  * criteria for bf16 / int8 activations: per-row KL(expected ‖ got) mean < 1e-3 and max < 1e-2
  * nats, top-1 agreement on every row whose expected margin is > 0.05, greedy ids (teacher-forced
- * decode) and both MTP drafts. Prefill runs as one batch; decode one token per call. */
+ * decode) and both MTP drafts. Prefill runs as one batch; decode one token per call.
+ * (The fixtures' tighter fp32 tier, max |dlogit| < 1e-3 max|logit|, is not a target: the KV
+ * cache is bf16 by design. With f32_act on tiny-bf16, 23 of 24 prefill rows are within it,
+ * 0.003-0.010; row 11 is off by 0.15 — a router near-tie picking another expert.) */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
