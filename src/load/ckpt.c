@@ -73,7 +73,10 @@ static epyq_status shard_open(shard *s, const char *path, const char *label, epy
 }
 
 static int cmp_tensor_name(const void *a, const void *b) {
-    return strcmp(((const epyq_tensor *)a)->name, ((const epyq_tensor *)b)->name);
+    const epyq_tensor *x = a, *y = b;
+    int r = strcmp(x->name, y->name);
+    /* equal names (a duplicate, refused below) order by shard so the message is stable */
+    return r ? r : (x->shard > y->shard) - (x->shard < y->shard);
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }

@@ -62,7 +62,7 @@ static inline int64_t tc_group(const tc_opts *o, int64_t k) {
 /* Dense weights: small exact bf16 values. */
 static inline float tc_dense(int64_t i) { return (float)((int)(i % 13) - 6) / 16.0f; }
 
-static tc_tensor *tc_add(tc_list *l, const char *name, epyq_dtype dt, int nd, int64_t d0, int64_t d1, int64_t d2) {
+static inline tc_tensor *tc_add(tc_list *l, const char *name, epyq_dtype dt, int nd, int64_t d0, int64_t d1, int64_t d2) {
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 256;
         l->t = realloc(l->t, l->cap * sizeof *l->t);
@@ -79,38 +79,38 @@ static tc_tensor *tc_add(tc_list *l, const char *name, epyq_dtype dt, int nd, in
     return t;
 }
 
-static void tc_free(tc_list *l) {
+static inline void tc_free(tc_list *l) {
     for (size_t i = 0; i < l->n; i++) free(l->t[i].data);
     free(l->t);
     memset(l, 0, sizeof *l);
 }
 
-static tc_tensor *tc_find(tc_list *l, const char *name) {
+static inline tc_tensor *tc_find(tc_list *l, const char *name) {
     for (size_t i = 0; i < l->n; i++)
         if (!strcmp(l->t[i].name, name)) return &l->t[i];
     return NULL;
 }
 
-static void tc_remove(tc_list *l, const char *name) {
+static inline void tc_remove(tc_list *l, const char *name) {
     tc_tensor *t = tc_find(l, name);
     if (!t) return;
     free(t->data);
     *t = l->t[--l->n];
 }
 
-static void tc_put16(tc_tensor *t, size_t i, float v) {
+static inline void tc_put16(tc_tensor *t, size_t i, float v) {
     uint16_t h = t->dt == EPYQ_DT_F16 ? epyq_f32_to_f16(v) : epyq_f32_to_bf16(v);
     memcpy(t->data + 2 * i, &h, 2);
 }
 
-static void tc_or_nibble(tc_tensor *t, size_t word, int slot, int nib) {
+static inline void tc_or_nibble(tc_tensor *t, size_t word, int slot, int nib) {
     uint32_t w;
     memcpy(&w, t->data + 4 * word, 4);
     w |= (uint32_t)(nib & 15) << (4 * slot);
     memcpy(t->data + 4 * word, &w, 4);
 }
 
-static void tc_dense_linear(tc_list *l, const char *mod, int64_t N, int64_t K) {
+static inline void tc_dense_linear(tc_list *l, const char *mod, int64_t N, int64_t K) {
     char nm[192];
     snprintf(nm, sizeof nm, "%s.weight", mod);
     tc_tensor *t = tc_add(l, nm, EPYQ_DT_BF16, 2, N, K, 0);
@@ -119,7 +119,7 @@ static void tc_dense_linear(tc_list *l, const char *mod, int64_t N, int64_t K) {
 
 static const int tc_awq_slot[8] = {0, 4, 1, 5, 2, 6, 3, 7}; /* slot of element j */
 
-static void tc_q4_linear(tc_list *l, const tc_opts *o, const char *mod, int64_t N, int64_t K) {
+static inline void tc_q4_linear(tc_list *l, const tc_opts *o, const char *mod, int64_t N, int64_t K) {
     char nm[192];
     int64_t gs = o->gs, Gn = K / gs;
     if (o->fmt == EPYQ_QF_GPTQ || o->fmt == EPYQ_QF_AWQ) {
@@ -206,7 +206,7 @@ static void tc_q4_linear(tc_list *l, const tc_opts *o, const char *mod, int64_t 
 
 /* Which linears a format quantizes here (mirrors the fixtures: GPTQ/AWQ experts only; CT all
  * but router, shared_expert_gate and lm_head; Quark experts and mixer projections). */
-static bool tc_quantized(const tc_opts *o, const char *mod) {
+static inline bool tc_quantized(const tc_opts *o, const char *mod) {
     switch (o->fmt) {
     case EPYQ_QF_NONE: return false;
     case EPYQ_QF_GPTQ:
@@ -218,18 +218,18 @@ static bool tc_quantized(const tc_opts *o, const char *mod) {
     return false;
 }
 
-static void tc_linear(tc_list *l, const tc_opts *o, const char *mod, int64_t N, int64_t K) {
+static inline void tc_linear(tc_list *l, const tc_opts *o, const char *mod, int64_t N, int64_t K) {
     if (tc_quantized(o, mod)) tc_q4_linear(l, o, mod, N, K);
     else tc_dense_linear(l, mod, N, K);
 }
 
-static void tc_vec(tc_list *l, const char *name, int nd, int64_t d0, int64_t d1, int64_t d2) {
+static inline void tc_vec(tc_list *l, const char *name, int nd, int64_t d0, int64_t d1, int64_t d2) {
     tc_tensor *t = tc_add(l, name, EPYQ_DT_BF16, nd, d0, d1, d2);
     for (size_t i = 0; i < t->nbytes / 2; i++) tc_put16(t, i, 0.5f);
 }
 
 /* The tensors of the whole tiny model in the format of o. */
-static void tc_model(tc_list *l, const tc_opts *o) {
+static inline void tc_model(tc_list *l, const tc_opts *o) {
     const char *P = o->text_only ? "model." : "model.language_model.";
     char p[160], m[192];
     snprintf(m, sizeof m, "%sembed_tokens.weight", P);
@@ -302,7 +302,7 @@ static void tc_model(tc_list *l, const tc_opts *o) {
 }
 
 /* config.json text for o (quantization_config per format). Caller frees. */
-static char *tc_config(const tc_opts *o) {
+static inline char *tc_config(const tc_opts *o) {
     char q[1024] = "";
     switch (o->fmt) {
     case EPYQ_QF_NONE: break;
@@ -357,7 +357,7 @@ static char *tc_config(const tc_opts *o) {
 }
 
 /* One safetensors file of tensors t[i] for i % nshards == shard (all when nshards <= 1). */
-static int tc_write_shard(const char *path, const tc_list *l, int shard, int nshards) {
+static inline int tc_write_shard(const char *path, const tc_list *l, int shard, int nshards) {
     size_t cap = 4096 + l->n * 320, hl = 0;
     char *h = malloc(cap);
     uint64_t off = 0;
@@ -388,12 +388,12 @@ static int tc_write_shard(const char *path, const tc_list *l, int shard, int nsh
     return 0;
 }
 
-static void tc_shard_name(char *buf, size_t n, int i, int nshards) {
+static inline void tc_shard_name(char *buf, size_t n, int i, int nshards) {
     snprintf(buf, n, "model-%05d-of-%05d.safetensors", i + 1, nshards);
 }
 
 /* model.safetensors.index.json text for l split over nshards. Caller frees. */
-static char *tc_index(const tc_list *l, int nshards) {
+static inline char *tc_index(const tc_list *l, int nshards) {
     size_t cap = 256 + l->n * 260, o = 0;
     char *s = malloc(cap), sh[64];
     o += (size_t)snprintf(s + o, cap - o, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
@@ -405,7 +405,7 @@ static char *tc_index(const tc_list *l, int nshards) {
     return s;
 }
 
-static int tc_write_text(const char *dir, const char *name, const char *text) {
+static inline int tc_write_text(const char *dir, const char *name, const char *text) {
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "wb");
@@ -416,7 +416,7 @@ static int tc_write_text(const char *dir, const char *name, const char *text) {
 }
 
 /* Write config.json + shards (+ index) of l into dir. */
-static int tc_write(const char *dir, const tc_list *l, const tc_opts *o) {
+static inline int tc_write(const char *dir, const tc_list *l, const tc_opts *o) {
     char *cfg = tc_config(o), p[4096], sh[64];
     int rc = tc_write_text(dir, "config.json", cfg);
     free(cfg);
@@ -435,7 +435,7 @@ static int tc_write(const char *dir, const tc_list *l, const tc_opts *o) {
     return rc;
 }
 
-static tc_opts tc_defaults(epyq_qformat fmt) {
+static inline tc_opts tc_defaults(epyq_qformat fmt) {
     tc_opts o = {.fmt = fmt, .sym = fmt != EPYQ_QF_AWQ, .gptq_version = 1, .quark_reorder = true, .gs = 128, .nshards = 2};
     return o;
 }
