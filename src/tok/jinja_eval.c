@@ -617,13 +617,12 @@ static int exec_for(jrender *r, jscope *sc, const jnode *n, epyq_sbuf *out) {
         /* The loop filter runs first: loop.length/last/index count only kept items. */
         items = jj_list_new(&r->ar, 0);
         if (!items) return jj_nomem(r), EX_ERR;
+        jscope *fs = scope_new(r, sc);
+        if (!fs) return jj_nomem(r), EX_ERR;
         for (size_t i = 0; i < all->n; i++) {
-            jscope *fs = scope_new(r, sc);
             jv keep;
-            if (!fs || !assign_targets(r, fs, n, all->v[i]) || !jj_eval(r, fs, n->kids[1], &keep)) {
-                if (!fs) jj_nomem(r);
-                return EX_ERR;
-            }
+            fs->n = 0;
+            if (!assign_targets(r, fs, n, all->v[i]) || !jj_eval(r, fs, n->kids[1], &keep)) return EX_ERR;
             if (jj_truthy(keep) && !jj_list_push(&r->ar, items, all->v[i])) return jj_nomem(r), EX_ERR;
         }
     }
@@ -633,11 +632,14 @@ static int exec_for(jrender *r, jscope *sc, const jnode *n, epyq_sbuf *out) {
     if (!lp) return jj_nomem(r), EX_ERR;
     lp->items = items;
     lp->outer = outer && outer->t == JV_LOOP ? outer->u.loop : NULL;
+    /* One scope serves every iteration, emptied each time: names set by the previous
+     * iteration must not be visible, and a fresh scope per iteration would cost memory. */
+    jscope *it = scope_new(r, sc);
+    if (!it) return jj_nomem(r), EX_ERR;
     for (size_t i = 0; i < items->n; i++) {
         if (!jj_count_step(r)) return EX_ERR;
         lp->idx = i;
-        jscope *it = scope_new(r, sc);
-        if (!it) return jj_nomem(r), EX_ERR;
+        it->n = 0;
         r->at = n;
         if (!assign_targets(r, it, n, items->v[i]) || !scope_set(r, it, "loop", (jv){.t = JV_LOOP, .u.loop = lp}))
             return EX_ERR;

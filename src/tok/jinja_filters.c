@@ -278,13 +278,12 @@ static bool do_indent(jrender *r, jv s, jv width, bool first, bool blank, jv *ou
     if (width.t == JV_STR) ok = epyq_sbuf_add(&ind, width.u.s.p, width.u.s.n);
     else
         for (int64_t i = 0; ok && i < (width.t == JV_INT ? width.u.i : 4) && i < 4096; i++) ok = epyq_sbuf_addc(&ind, ' ');
+    /* jinja2: lines = (s + "\n").splitlines(); the first line is kept as is, the others get
+     * the indent (empty ones only when blank), joined by "\n". Line breaks: \n, \r\n, \r. */
     epyq_sbuf b = {.max = r->max_output};
-    /* Lines split at '\n' (and \r\n, \r); each line after the first gets the indent unless it
-     * is empty and blank is false. */
     const char *p = s.u.s.p, *end = p + s.u.s.n;
-    bool first_line = true;
     if (first && ok) ok = epyq_sbuf_add(&b, ind.p, ind.len);
-    while (ok && p <= end) {
+    for (bool first_line = true; ok; first_line = false) {
         const char *nl = p;
         while (nl < end && *nl != '\n' && *nl != '\r') nl++;
         size_t n = (size_t)(nl - p);
@@ -293,10 +292,8 @@ static bool do_indent(jrender *r, jv s, jv width, bool first, bool blank, jv *ou
             if (ok && (n || blank)) ok = epyq_sbuf_add(&b, ind.p, ind.len);
         }
         ok = ok && epyq_sbuf_add(&b, p, n);
-        first_line = false;
-        if (nl >= end) break;
+        if (nl >= end) break; /* the appended "\n" ends this last line */
         p = nl + (nl + 1 < end && nl[0] == '\r' && nl[1] == '\n' ? 2 : 1);
-        if (p >= end) break; /* a final newline ends the last line; no empty line after it */
     }
     epyq_sbuf_free(&ind);
     if (!ok) {

@@ -22,6 +22,7 @@ typedef struct {
     epyq_err *err;
     int depth;
     int loops;  /* enclosing for loops (break/continue are only valid inside one) */
+    const jtok *opener; /* tag that opens the body parse_body reads next (for messages) */
     bool failed;
 } parser;
 
@@ -717,6 +718,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     nvec body = {0};
     const char *which = NULL;
+    P->opener = at;
     if (!parse_body(P, ends, &body, &which)) return NULL;
     n->body = nv_to_body(P, &body, &n->nbody);
     const jtok *wt = cur(P);
@@ -734,6 +736,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
         static const char *const ends2[] = {"endif", NULL};
         if (!expect_kind(P, JT_BLOCK_END, "'%}'")) return NULL;
         nvec eb = {0};
+        P->opener = at;
         if (!parse_body(P, ends2, &eb, &which)) return NULL;
         n->orelse = nv_to_body(P, &eb, &n->norelse);
         skip(P);
@@ -766,6 +769,7 @@ static jnode *parse_for(parser *P, const jtok *at) {
     nvec body = {0};
     const char *which = NULL;
     P->loops++;
+    P->opener = at;
     bool ok = parse_body(P, ends, &body, &which);
     P->loops--;
     if (!ok) return NULL;
@@ -775,6 +779,7 @@ static jnode *parse_for(parser *P, const jtok *at) {
         static const char *const ends2[] = {"endfor", NULL};
         if (!expect_kind(P, JT_BLOCK_END, "'%}'")) return NULL;
         nvec eb = {0};
+        P->opener = at;
         if (!parse_body(P, ends2, &eb, &which)) return NULL;
         n->orelse = nv_to_body(P, &eb, &n->norelse);
         skip(P);
@@ -813,6 +818,7 @@ static jnode *parse_set(parser *P, const jtok *at) {
     static const char *const ends[] = {"endset", NULL};
     nvec body = {0};
     const char *which = NULL;
+    P->opener = at;
     if (!parse_body(P, ends, &body, &which)) return NULL;
     n->body = nv_to_body(P, &body, &n->nbody);
     skip(P);
@@ -865,6 +871,7 @@ static jnode *parse_macro(parser *P, const jtok *at) {
     const char *which = NULL;
     int loops = P->loops;
     P->loops = 0; /* break/continue cannot cross a macro */
+    P->opener = at;
     bool ok = parse_body(P, ends, &body, &which);
     P->loops = loops;
     if (!ok) return NULL;
@@ -899,6 +906,7 @@ static jnode *parse_statement(parser *P) {
         static const char *const ends[] = {"endgeneration", NULL};
         nvec body = {0};
         const char *which = NULL;
+        P->opener = t;
         if (!parse_body(P, ends, &body, &which)) return NULL;
         n->body = nv_to_body(P, &body, &n->nbody);
         skip(P);
@@ -913,7 +921,8 @@ static jnode *parse_statement(parser *P) {
  * that name token and stores it in *which. */
 static bool parse_body(parser *P, const char *const *ends, nvec *out, const char **which) {
     if (!enter(P)) return false;
-    const jtok *start = cur(P);
+    const jtok *start = P->opener ? P->opener : cur(P);
+    P->opener = NULL;
     for (;;) {
         const jtok *t = cur(P);
         jnode *n = NULL;
