@@ -42,13 +42,14 @@ typedef struct {
     int n_threads, threads[8];
     int n_m, ms[8];
     size_t ws_bytes;
-    const char *only; /* run only rows whose kernel name contains this */
+    const char *only; /* run only rows whose "kernel shape" contains this */
+    int path_mask;    /* bit 0: A16, bit 1: A8 (int4 rows) */
 } opts;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: benchmarks/kernels [--json] [-r REPS] [-t 1,2] [-m 1,8,32] [--ws-mib 512]\n"
-            "                          [--only KERNEL]\n"
+            "                          [--only KERNEL] [--path A16|A8]\n"
             "  Times the int4 and bf16 weight kernels of the dispatch table (EPYQ_MAX_ISA caps it)\n"
             "  against the memory read bandwidth and the instruction peak measured in the same run.\n"
             "  --json        one JSON object per row (kernel, shape, path, m, threads, gbps,\n"
@@ -57,13 +58,14 @@ static void usage(FILE *f) {
             "  -t, --threads thread counts (default 1,2)\n"
             "  -m            activation rows (default 1,8,32)\n"
             "  --ws-mib      working set per row in MiB (default 512; keep it >> L3)\n"
-            "  --only        only rows whose kernel name contains KERNEL (w4_expert, w4_moe8,\n"
-            "                w4_gemm, bf16_gemm)\n");
+            "  --only        only rows whose \"kernel shape\" contains KERNEL (w4_expert, w4_moe8,\n"
+            "                w4_gemm, bf16_gemm, in_proj_qkv, lm_head)\n"
+            "  --path        A16 or A8: only that numeric path for the int4 rows\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
     *o = (opts){.reps = 5, .n_threads = 2, .threads = {1, 2}, .n_m = 3, .ms = {1, 8, 32},
-                .ws_bytes = (size_t)512 << 20};
+                .ws_bytes = (size_t)512 << 20, .path_mask = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,6 +95,10 @@ static int parse_opts(int argc, char **argv, opts *o) {
             i++;
             if (mib < 1 || mib > (1L << 20)) return -1;
             o->ws_bytes = (size_t)mib << 20;
+        } else if (!strcmp(a, "--path") && v) {
+            o->path_mask = !strcmp(v, "A16") ? 1 : !strcmp(v, "A8") ? 2 : 0;
+            i++;
+            if (!o->path_mask) return -1;
         } else if (!strcmp(a, "--only") && v) {
             o->only = v;
             i++;
@@ -339,7 +345,7 @@ static void bench_gemm_w4(const opts *o, const limits *lim, const epyq_kern_tabl
     epyq_w4 *w = calloc((size_t)copies, sizeof *w);
     make_w4_copies(w, 1, copies, n, k);
     for (int p = 0; p < 2; p++)
-        for (int mi = 0; mi < o->n_m; mi++)
+        for (int mi = 0; mi < o->n_m && (o->path_mask >> p & 1); mi++)
             for (int ti = 0; ti < o->n_threads; ti++) {
                 row r = {.kt = kt, .threads = o->threads[ti], .m = o->ms[mi], .reps = o->reps,
                          .fn = item_w4_gemm, .w4 = w, .n = n, .k = k, .n_copies = copies,
@@ -396,7 +402,7 @@ static void bench_experts(const opts *o, const limits *lim, const epyq_kern_tabl
     make_w4_copies(w + 1, 3, copies, inter, hid);
     make_w4_copies(w + 2, 3, copies, hid, inter);
     for (int p = 0; p < 2; p++)
-        for (int mi = 0; mi < o->n_m; mi++)
+        for (int mi = 0; mi < o->n_m && (o->path_mask >> p & 1); mi++)
             for (int ti = 0; ti < o->n_threads; ti++) {
                 row r = {.kt = kt, .threads = o->threads[ti], .m = o->ms[mi], .reps = o->reps,
                          .fn = moe8 ? item_w4_moe8 : item_w4_expert, .w4 = w, .n = hid,
@@ -479,7 +485,12 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
     }
 }
 
-static int want(const opts *o, const char *kernel) { return !o->only || strstr(kernel, o->only); }
+/* --only matches "kernel shape", so both "w4_gemm" and "lm_head" select rows. */
+static int want(const opts *o, const char *kernel, const char *shape) {
+    char name[128];
+    snprintf(name, sizeof name, "%s %s", kernel, shape);
+    return !o->only || strstr(name, o->only);
+}
 
 int main(int argc, char **argv) {
     opts o;
@@ -499,15 +510,15 @@ int main(int argc, char **argv) {
             if (CPU_ISSET(c, &cs)) cpu_list[n_cpus++] = c;
     limits lim;
     measure_limits(&o, kt, &lim);
-    if (want(&o, "w4_expert")) bench_experts(&o, &lim, kt, 0);
-    if (want(&o, "w4_moe8")) bench_experts(&o, &lim, kt, 1);
-    if (want(&o, "w4_gemm")) {
+    if (want(&o, "w4_expert", "expert")) bench_experts(&o, &lim, kt, 0);
+    if (want(&o, "w4_moe8", "experts")) bench_experts(&o, &lim, kt, 1);
+    if (want(&o, "w4_gemm", "in_proj_qkv"))
         bench_gemm_w4(&o, &lim, kt, "in_proj_qkv 8192x2048", 8192, 2048);
+    if (want(&o, "w4_gemm", "lm_head"))
         bench_gemm_w4(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048);
-    }
-    if (want(&o, "bf16_gemm")) {
+    if (want(&o, "bf16_gemm", "in_proj_qkv"))
         bench_gemm_bf16(&o, &lim, kt, "in_proj_qkv 8192x2048", 8192, 2048);
+    if (want(&o, "bf16_gemm", "lm_head"))
         bench_gemm_bf16(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048);
-    }
     return 0;
 }

@@ -9,8 +9,10 @@
  * VPDPBUSD work. The integer dot is exact and the epilogue matches the ref twin's
  * operation for operation, so results are bit-identical to ref/w4_ref.c.
  * Error against the double-precision product (tests/kern/test_w4.c, measured): the int8
- * rounding of x dominates; worst |y - y_double| / sum_i |w_i x_i| = 7.7e-3, and every element
- * stays inside the analytic bound sum_g (d_g / 2) sum_{i in g} |w_i| (+ fp32 slack). */
+ * rounding of x dominates. Worst |y - y_double| / sum_i |w_i x_i| = 4.4e-2 on the test's
+ * activations with outliers (1 in 64 elements 20x larger, which coarsens their group's
+ * step); every element stays inside the analytic bound sum_i |w_i| d_g(i) / 2 (+ fp32
+ * slack); the fused expert's relative l2 error on outlier-free inputs is <= 1.5e-2. */
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
@@ -39,34 +41,39 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
          * which leaves enough registers for 2 x MR accumulators. */
         for (int32_t b = 0; b < bpg; b += na / 2) {
             const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), _MM_HINT_T0);
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
             const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
             W4_ROWS(MR, {
                 const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
-                acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], lo0, w4_bcast32(xr));
-                acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], hi0, w4_bcast32(xr + 4));
+                acc[r][0] = w4_dpbusd_b(acc[r][0], lo0, xr);
+                acc[r][1] = w4_dpbusd_b(acc[r][1], hi0, xr + 4);
             });
             if (na == 4) {
                 const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
+                _mm_prefetch((const char *)(rec + (size_t)(b + 1) * W4_BLOCK + W4_PREFETCH),
+                             _MM_HINT_T0);
                 const __m512i lo1 = _mm512_and_si512(v1, m0f);
                 const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
                 W4_ROWS(MR, {
                     const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)(b + 1) * W4_KBLK;
-                    acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], lo1, w4_bcast32(xr));
-                    acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], hi1, w4_bcast32(xr + 4));
+                    acc[r][2] = w4_dpbusd_b(acc[r][2], lo1, xr);
+                    acc[r][3] = w4_dpbusd_b(acc[r][3], hi1, xr + 4);
                 });
             }
         }
         const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
         const __m512i z = zeros ? _mm512_cvtepu8_epi32(_mm_loadu_si128(
                                       (const __m128i *)(zeros + (size_t)g * W4_TILE)))
-                                : _mm512_set1_epi32(8);
+                                : _mm512_setzero_si512();
         W4_ROWS(MR, {
             __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
             if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-            const __m512i corr =
-                _mm512_sub_epi32(dot, _mm512_mullo_epi32(z, _mm512_set1_epi32(a->sum8[tg])));
+            /* Symmetric: z = 8 for every row, a scalar product instead of VPMULLD. */
+            const __m512i zsum = zeros ? _mm512_mullo_epi32(z, _mm512_set1_epi32(a->sum8[tg]))
+                                       : _mm512_set1_epi32(8 * a->sum8[tg]);
+            const __m512i corr = _mm512_sub_epi32(dot, zsum);
             const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[tg]));
             f[r] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(corr), f[r]);
         });
