@@ -1,0 +1,216 @@
+/* tests/unit/test_load_inspect.c — the built `epyq inspect` program: exit codes, the one-line
+ * error contract, --json contents (bytes per decoded token by the model.md §8.2 rule, computed
+ * here from the dimensions), and every folder of ../shared/fixtures/models when present. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "tests/files/tiny_ckpt.h"
+#include "tests/testutil.h"
+
+typedef struct {
+    int rc;
+    char *out, *err;
+} result;
+
+/* Run `epyq inspect <args...>` capturing stdout and stderr. */
+static result run(const char *a1, const char *a2, const char *a3, const char *a4) {
+    char *tmp = epyq_test_tmpdir(), po[4200], pe[4200];
+    snprintf(po, sizeof po, "%s/out", tmp);
+    snprintf(pe, sizeof pe, "%s/err", tmp);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        const char *bin = epyq_test_bin();
+        execl(bin, bin, "inspect", a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    result r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, NULL, NULL};
+    epyq_err err;
+    ck_assert_int_eq(epyq_file_read(po, 1 << 24, &r.out, NULL, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_file_read(pe, 1 << 24, &r.err, NULL, &err), EPYQ_OK);
+    unlink(po);
+    unlink(pe);
+    rmdir(tmp);
+    free(tmp);
+    return r;
+}
+
+static void result_free(result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+static char *tiny(epyq_qformat fmt) {
+    tc_opts o = tc_defaults(fmt);
+    char *dir = epyq_test_tmpdir();
+    tc_list l = {0};
+    tc_model(&l, &o);
+    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
+    tc_free(&l);
+    return dir;
+}
+
+static void rm_dir(char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    free(dir);
+}
+
+static double jnum(const cJSON *o, const char *path1, const char *path2) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, path1);
+    if (path2) it = cJSON_GetObjectItemCaseSensitive(it, path2);
+    ck_assert_msg(cJSON_IsNumber(it), "no number at %s.%s", path1, path2 ? path2 : "");
+    return it->valuedouble;
+}
+
+/* Parameters one decoded token reads in the tiny model (model.md §8.2 rule), by hand. */
+static double tiny_token_params(void) {
+    double H = TC_H;
+    double gdn = TC_CONV * H + TC_HV * TC_DV * H + 2.0 * TC_HV * H + H * TC_HV * TC_DV + TC_CONV * 4.0 + 2.0 * TC_HV + TC_DV;
+    double attn = 2.0 * TC_NQ * TC_HD * H + 2.0 * TC_NKV * TC_HD * H + H * TC_NQ * TC_HD + 2.0 * TC_HD;
+    double moe = TC_E * H + TC_TOPK * 3.0 * TC_I * H + 3.0 * TC_IS * H + H;
+    double norms = TC_LAYERS * 2.0 * H + H + H; /* layer norms, final norm, one embedding row */
+    return gdn + attn + TC_LAYERS * moe + norms + TC_V * H;
+}
+
+START_TEST(good_folder) {
+    char *dir = tiny(EPYQ_QF_CT);
+    result r = run("-m", dir, NULL, NULL);
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    ck_assert_str_eq(r.err, "");
+    ck_assert_ptr_nonnull(strstr(r.out, "validation   : OK"));
+    ck_assert_ptr_nonnull(strstr(r.out, "format       : ct, int4 group 128, symmetric"));
+    result_free(&r);
+    r = run("-m", dir, "--json", "--check-tensors");
+    ck_assert_msg(r.rc == 0, "rc %d: %s", r.rc, r.err);
+    cJSON *j = cJSON_Parse(r.out);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring, "ct");
+    ck_assert_int_eq((int)jnum(cJSON_GetObjectItemCaseSensitive(j, "precision"), "experts", "int4_count"), 2 * TC_E * 3);
+    ck_assert_int_eq((int)jnum(cJSON_GetObjectItemCaseSensitive(j, "precision"), "router", "dense_count"), 2);
+    ck_assert(jnum(j, "params_per_token", NULL) == tiny_token_params());
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "validation"), "tensors_decoded")));
+    cJSON_Delete(j);
+    result_free(&r);
+    rm_dir(dir);
+    /* BF16: every parameter read is 2 bytes */
+    dir = tiny(EPYQ_QF_NONE);
+    r = run("-m", dir, "--json", NULL);
+    ck_assert_int_eq(r.rc, 0);
+    j = cJSON_Parse(r.out);
+    ck_assert(jnum(j, "bytes_per_token", NULL) == 2 * tiny_token_params());
+    cJSON_Delete(j);
+    result_free(&r);
+    rm_dir(dir);
+}
+END_TEST
+
+START_TEST(bad_folder) {
+    char *dir = tiny(EPYQ_QF_GPTQ);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
+    FILE *f = fopen(p, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    ck_assert_int_eq(truncate(p, size - 100), 0);
+    result r = run("-m", dir, NULL, NULL);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_int_eq(count_lines(r.err), 1);
+    ck_assert_msg(!strncmp(r.err, "epyq: ", 6), "%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.err, "model-00001-of-00002.safetensors"));
+    ck_assert_ptr_nonnull(strstr(r.err, "MetadataIncompleteBuffer"));
+    result_free(&r);
+    rm_dir(dir);
+    r = run("-m", "/nonexistent/epyq-folder", "--json", NULL);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_int_eq(count_lines(r.err), 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "/nonexistent/epyq-folder"));
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(usage) {
+    result r = run("--help", NULL, NULL, NULL);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "usage: epyq inspect -m DIR"));
+    result_free(&r);
+    r = run(NULL, NULL, NULL, NULL);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_int_eq(count_lines(r.err), 1);
+    result_free(&r);
+    r = run("-m", "x", "--frobnicate", NULL);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_ptr_nonnull(strstr(r.err, "--frobnicate"));
+    result_free(&r);
+    r = run("-m", NULL, NULL, NULL);
+    ck_assert_int_eq(r.rc, 2);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(fixture_folders) {
+    static const struct {
+        const char *name, *format;
+        int int4;
+    } f[] = {{"tiny-bf16", "bf16", 0}, {"tiny-bf16-fused", "bf16", 0}, {"tiny-gptq", "gptq", 192},
+             {"tiny-ct", "ct", 223},   {"tiny-quark", "quark", 211}};
+    if (!epyq_test_shared("fixtures/models")) {
+        printf("skip: ../shared fixtures not found\n");
+        return;
+    }
+    for (size_t i = 0; i < 5; i++) {
+        char sub[128], dir[4096];
+        snprintf(sub, sizeof sub, "fixtures/models/%s", f[i].name);
+        snprintf(dir, sizeof dir, "%s", epyq_test_shared(sub));
+        result r = run("-m", dir, "--json", NULL);
+        ck_assert_msg(r.rc == 0, "%s: %s", f[i].name, r.err);
+        cJSON *j = cJSON_Parse(r.out);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(j, "format")->valuestring, f[i].format);
+        int n4 = 0;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "precision");
+        for (const cJSON *c = p->child; c; c = c->next) n4 += (int)jnum(c, "int4_count", NULL);
+        ck_assert_int_eq(n4, f[i].int4);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "validation");
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(v, "unexpected")), 0);
+        cJSON_Delete(j);
+        result_free(&r);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("load_inspect");
+    TCase *tc = tcase_create("inspect");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, good_folder);
+    tcase_add_test(tc, bad_folder);
+    tcase_add_test(tc, usage);
+    tcase_add_test(tc, fixture_folders);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
