@@ -123,8 +123,15 @@ static void barrier_wait(spin_barrier *b, int *local_sense) {
         atomic_store(&b->count, 0);
         atomic_store(&b->sense, *local_sense);
     } else {
-        while (atomic_load_explicit(&b->sense, memory_order_acquire) != *local_sense)
-            __builtin_ia32_pause();
+        /* Spin, then yield: on a shared or oversubscribed machine a pure spin would take
+         * the CPU from the thread being waited for. */
+        for (int spins = 0;
+             atomic_load_explicit(&b->sense, memory_order_acquire) != *local_sense; spins++) {
+            if (spins < 4096)
+                __builtin_ia32_pause();
+            else
+                sched_yield();
+        }
     }
 }
 
@@ -320,6 +327,16 @@ static void report(const opts *o, const limits *lim, const row *r, const char *k
                tmax * 1e6, gbps, bytes_per_item / tmax / 1e9, bytes_per_item / tmin / 1e9, rd,
                pct_bw, gops, peak, pct_peak, r->reps);
     } else {
+        /* One table per kernel and shape: a blank line and the header when either changes. */
+        static char last[128];
+        char key[128];
+        snprintf(key, sizeof key, "%s %s", kernel, shape);
+        if (strcmp(key, last) != 0) {
+            snprintf(last, sizeof last, "%s", key);
+            printf("\n%-10s %-26s %-4s %3s %2s %10s [%9s-%9s] %7s %7s %8s %7s\n", "kernel",
+                   "shape", "path", "m", "t", "us/item", "min", "max", "GB/s", "%read", "GOPS",
+                   "%peak");
+        }
         printf("%-10s %-26s %-4s %3d %2d %10.1f [%9.1f-%9.1f] %7.2f %6.1f%% %8.1f %6.1f%%\n",
                kernel, shape, path, r->m, r->threads, med * 1e6, tmin * 1e6, tmax * 1e6, gbps,
                pct_bw, gops, pct_peak);
@@ -472,8 +489,6 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
         printf("# peak per thread: VPDPBUSD %.1f GOPS, VDPBF16PS %.1f GFLOPS (register-only, "
                "0 = not on this table)\n",
                lim->peak_a8 / 1e9, lim->peak_bf16 / 1e9);
-        printf("%-10s %-26s %-4s %3s %2s %10s [%9s-%9s] %7s %7s %8s %7s\n", "kernel", "shape",
-               "path", "m", "t", "us/item", "min", "max", "GB/s", "%read", "GOPS", "%peak");
     } else {
         for (int i = 0; i < o->n_threads; i++)
             printf("{\"kernel\":\"read_bw\",\"shape\":\"%zuMiB\",\"m\":0,\"threads\":%d,"
