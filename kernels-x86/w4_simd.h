@@ -5,12 +5,12 @@
 
 #define W4_INLINE static inline __attribute__((always_inline))
 
-/* Runs the statements for r = 0 .. MR-1 (MR <= 8) with r a compile-time constant, so arrays
+/* Runs the statements for r = 0 .. MR-1 (MR <= 16) with r a compile-time constant, so arrays
  * of registers indexed by r stay in registers with any compiler (a loop would rely on the
  * compiler choosing to unroll it fully; clang 14 at -O2 does not). */
 /* Register arrays indexed by r are declared with W4_ROWS_MAX rows (unused ones cost nothing)
  * so the dead branches of W4_ROWS stay in bounds. */
-#define W4_ROWS_MAX 8
+#define W4_ROWS_MAX 16
 #define W4_ROW_(MR, R, ...)                                                                      \
     if ((R) < (MR)) {                                                                            \
         enum { r = (R) };                                                                        \
@@ -20,7 +20,10 @@
     do {                                                                                         \
         W4_ROW_(MR, 0, __VA_ARGS__) W4_ROW_(MR, 1, __VA_ARGS__) W4_ROW_(MR, 2, __VA_ARGS__)     \
         W4_ROW_(MR, 3, __VA_ARGS__) W4_ROW_(MR, 4, __VA_ARGS__) W4_ROW_(MR, 5, __VA_ARGS__)     \
-        W4_ROW_(MR, 6, __VA_ARGS__) W4_ROW_(MR, 7, __VA_ARGS__)                                  \
+        W4_ROW_(MR, 6, __VA_ARGS__) W4_ROW_(MR, 7, __VA_ARGS__) W4_ROW_(MR, 8, __VA_ARGS__)     \
+        W4_ROW_(MR, 9, __VA_ARGS__) W4_ROW_(MR, 10, __VA_ARGS__) W4_ROW_(MR, 11, __VA_ARGS__)   \
+        W4_ROW_(MR, 12, __VA_ARGS__) W4_ROW_(MR, 13, __VA_ARGS__) W4_ROW_(MR, 14, __VA_ARGS__)  \
+        W4_ROW_(MR, 15, __VA_ARGS__)                                                             \
     } while (0)
 
 /* Software prefetch distance in bytes along the weight stream (tiles are stored one after

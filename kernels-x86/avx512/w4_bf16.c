@@ -15,7 +15,7 @@
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
-#define MR_MAX W4_ROWS_MAX
+#define MR_MAX 8 /* 2 x 8 accumulators + 4 unpacked vectors + table fill the registers */
 
 /* bf16 bit patterns of (i & 15) - 8, for VPERMW's 5-bit index. */
 static const uint16_t code_bf16[32] = {
@@ -35,13 +35,13 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
     const size_t rb = w4_rec_bytes(gs);
     const __m512i tbl = _mm512_loadu_si512(code_bf16);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    __m512 f[MR_MAX];
+    __m512 f[W4_ROWS_MAX];
     W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int32_t i0 = (g - g0) * gs;
         const uint16_t *xg = a->xb + (size_t)t0 * (size_t)kx + (size_t)i0;
-        __m512 acc[MR_MAX][NA];
+        __m512 acc[W4_ROWS_MAX][NA];
         W4_ROWS(MR, acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_ps(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
@@ -104,8 +104,11 @@ void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32
         const uint8_t *tp = w4_tile_ptr(w, tile);
         const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
         const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
-        for (int32_t t0 = 0; t0 < x->m; t0 += MR_MAX) {
-            const int mr = x->m - t0 < MR_MAX ? x->m - t0 : MR_MAX;
+        /* Equal row chunks (17 rows = 9 + 8, not 16 + 1): every chunk reuses each unpack. */
+        const int32_t nch = (x->m + MR_MAX - 1) / MR_MAX;
+        for (int32_t c = 0; c < nch; c++) {
+            const int32_t t0 = x->m * c / nch;
+            const int mr = (int)(x->m * (c + 1) / nch - t0);
             __m512 facc[MR_MAX];
             a16_rows_of[mr](w, tp, g0, g1, &a, x->k, t0, facc);
             for (int r = 0; r < mr; r++) {

@@ -22,10 +22,11 @@
 W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                        const w4_a8_view *a, int32_t kx, int32_t t0, const int MR,
                        __m512 *facc) {
-    /* Four independent chains per row when few rows: VPDPBUSD latency would otherwise cap
-     * a GEMV below the memory speed. */
+    /* Independent chains per row: four when few rows (VPDPBUSD latency would otherwise cap
+     * a GEMV below the memory speed), one when many (the rows give enough chains, and the
+     * registers go to more rows: 16 rows share one unpack of each block). */
     enum { NA = 4 };
-    const int na = MR <= 2 ? 4 : 2;
+    const int na = MR <= 2 ? 4 : MR <= 4 ? 2 : 1;
     const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
     const size_t rb = w4_rec_bytes(gs);
     const __m512i m0f = _mm512_set1_epi8(0x0f);
@@ -37,9 +38,8 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
         const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
         __m512i acc[MR_MAX][NA];
         W4_ROWS(MR, acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512(););
-        /* Few rows: two blocks per step into four chains. Many rows: one block per step,
-         * which leaves enough registers for 2 x MR accumulators. */
-        for (int32_t b = 0; b < bpg; b += na / 2) {
+        /* Few rows: two blocks per step into four chains; otherwise one block per step. */
+        for (int32_t b = 0; b < bpg; b += na == 4 ? 2 : 1) {
             const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
             _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), _MM_HINT_T0);
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
@@ -47,7 +47,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             W4_ROWS(MR, {
                 const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
                 acc[r][0] = w4_dpbusd_b(acc[r][0], lo0, xr);
-                acc[r][1] = w4_dpbusd_b(acc[r][1], hi0, xr + 4);
+                acc[r][na > 1] = w4_dpbusd_b(acc[r][na > 1], hi0, xr + 4);
             });
             if (na == 4) {
                 const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
@@ -67,7 +67,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                                       (const __m128i *)(zeros + (size_t)g * W4_TILE)))
                                 : _mm512_setzero_si512();
         W4_ROWS(MR, {
-            __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
+            __m512i dot = na == 1 ? acc[r][0] : _mm512_add_epi32(acc[r][0], acc[r][1]);
             if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
             /* Symmetric: z = 8 for every row, a scalar product instead of VPMULLD. */
@@ -94,12 +94,21 @@ A8_INST(5)
 A8_INST(6)
 A8_INST(7)
 A8_INST(8)
+A8_INST(9)
+A8_INST(10)
+A8_INST(11)
+A8_INST(12)
+A8_INST(13)
+A8_INST(14)
+A8_INST(15)
+A8_INST(16)
 
 typedef void (*a8_rows_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t,
                            const w4_a8_view *, int32_t, int32_t, __m512 *);
-static const a8_rows_fn a8_rows_of[MR_MAX + 1] = {NULL,     a8_rows_1, a8_rows_2,
-                                                  a8_rows_3, a8_rows_4, a8_rows_5,
-                                                  a8_rows_6, a8_rows_7, a8_rows_8};
+static const a8_rows_fn a8_rows_of[MR_MAX + 1] = {
+    NULL,       a8_rows_1,  a8_rows_2,  a8_rows_3,  a8_rows_4,  a8_rows_5,
+    a8_rows_6,  a8_rows_7,  a8_rows_8,  a8_rows_9,  a8_rows_10, a8_rows_11,
+    a8_rows_12, a8_rows_13, a8_rows_14, a8_rows_15, a8_rows_16};
 
 void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
@@ -109,8 +118,11 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
         const uint8_t *tp = w4_tile_ptr(w, tile);
         const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
         const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
-        for (int32_t t0 = 0; t0 < x->m; t0 += MR_MAX) {
-            const int mr = x->m - t0 < MR_MAX ? x->m - t0 : MR_MAX;
+        /* Equal row chunks (17 rows = 9 + 8, not 16 + 1): every chunk reuses each unpack. */
+        const int32_t nch = (x->m + MR_MAX - 1) / MR_MAX;
+        for (int32_t c = 0; c < nch; c++) {
+            const int32_t t0 = x->m * c / nch;
+            const int mr = (int)(x->m * (c + 1) / nch - t0);
             __m512 facc[MR_MAX];
             a8_rows_of[mr](w, tp, g0, g1, &a, x->k, t0, facc);
             for (int r = 0; r < mr; r++) {
