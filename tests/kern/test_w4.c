@@ -4,6 +4,7 @@
  * What is asserted:
  *  - pack/unpack is integer-exact (codes, scales, zero points), the packed words follow the
  *    documented nibble order, and bad shapes/codes are refused with a message;
+ *  - activation preparation: int8 codes within half a step, exact group sums, bf16 copies;
  *  - w4_gemm on ragged n, k = a multiple of gs (32/64/128), m in 1..64, sym and asym, both
  *    paths: outputs are NaN-poisoned first, every element is checked, columns outside the
  *    slice stay untouched;
@@ -187,6 +188,57 @@ START_TEST(test_pack_refuses) {
     ck_assert_int_eq(epyq_w4_pack(&w, mem, &c, &err), EPYQ_E_QUANT);
     ck_assert_ptr_nonnull(strstr(err.msg, "[1][6]"));
     free(mem);
+}
+END_TEST
+
+/* ---- activation preparation ------------------------------------------------------------ */
+
+/* A8: every x8 is the nearest integer to x / d (|error| <= 1/2 step plus fp32 rounding),
+ * |x8| <= 127 with the group's extreme at +-127, sum8 is the exact sum; A16: each xb is
+ * bf16(x) in the documented permuted order and s32 sums them per 32-run. */
+START_TEST(test_act_prep) {
+    const epyq_kern_table *kt = epyq_kern_for_isa(EPYQ_ISA_REF);
+    const int32_t m = 3, k = 256, gs = 64, G = k / gs;
+    rng_state = 0xabcdefu;
+    float *x = act_make(m, k, 1);
+    for (int32_t i = 0; i < gs; i++) x[i] = 0.0f; /* an all-zero group: d = 0, x8 = 0 */
+    epyq_act a;
+    void *buf = act_buf(kt, &a, x, m, k, gs, EPYQ_PATH_A8);
+    const w4_a8_view v = w4_a8_of(&a);
+    for (int32_t t = 0; t < m; t++)
+        for (int32_t g = 0; g < G; g++) {
+            const float d = v.d[t * G + g];
+            int32_t sum = 0, top = 0;
+            for (int32_t i = g * gs; i < (g + 1) * gs; i++) {
+                const int q = v.x8[(size_t)t * (size_t)k + (size_t)((i & ~7) + w4_a8_pos(i & 7))];
+                const float xi = x[(size_t)t * (size_t)k + (size_t)i];
+                ck_assert_int_le(abs(q), 127);
+                if (abs(q) > top) top = abs(q);
+                sum += q;
+                if (d > 0) ck_assert(fabs(xi / d - q) <= 0.5 + 1e-4);
+                else ck_assert_int_eq(q, 0);
+            }
+            ck_assert_int_eq(sum, v.sum8[t * G + g]);
+            ck_assert_int_eq(top, d > 0 ? 127 : 0);
+        }
+    free(buf);
+    buf = act_buf(kt, &a, x, m, k, gs, EPYQ_PATH_A16);
+    const w4_a16_view h = w4_a16_of(&a);
+    for (int32_t t = 0; t < m; t++)
+        for (int32_t r = 0; r < k / 32; r++) {
+            float sum = 0.0f;
+            for (int32_t i = r * 32; i < (r + 1) * 32; i++) {
+                const uint16_t b = h.xb[(size_t)t * (size_t)k + (size_t)((i & ~7) + w4_a16_pos(i & 7))];
+                ck_assert_uint_eq(b, epyq_f32_to_bf16(x[(size_t)t * (size_t)k + (size_t)i]));
+                sum += epyq_bf16_to_f32(b);
+            }
+            ck_assert(sum == h.s32[t * (k / 32) + r]);
+        }
+    free(buf);
+    free(x);
+    ck_assert_uint_eq(epyq_act_bytes(1, 100, 32, EPYQ_PATH_A16), 0); /* k not a multiple of 32 */
+    ck_assert_uint_eq(epyq_act_bytes(1, 96, 64, EPYQ_PATH_A8), 0);   /* k not a multiple of gs */
+    ck_assert_uint_eq(epyq_act_bytes(0, 128, 128, EPYQ_PATH_A8), 0);
 }
 END_TEST
 
@@ -478,6 +530,7 @@ static Suite *w4_suite(void) {
     tcase_add_test(tc, test_pack_roundtrip);
     tcase_add_test(tc, test_pack_pinned_words);
     tcase_add_test(tc, test_pack_refuses);
+    tcase_add_test(tc, test_act_prep);
     tcase_add_test(tc, test_gemm_shapes);
     tcase_add_test(tc, test_expert);
     suite_add_tcase(s, tc);
