@@ -209,7 +209,7 @@ static void attn_case(const epyq_kern_table *t, int multi, int nq, int hd, int n
             if (e > eps) eps = e;
         }
         double z = 0.0;
-        for (int s = 0; s < n_ctx; s++) z += exp(sc[s] - mx);
+        for (int s = 0; s < n_ctx; s++) z += (sc[s] = exp(sc[s] - mx)); /* sc: weights now */
         const double bound = 2.0 * (2.0 * eps + (n_ctx + hd + 16) * U32) * vmax + 1e-30;
         for (int d = 0; d < ldo; d++) {
             const float got = out[(size_t)h * (size_t)ldo + (size_t)d];
@@ -219,7 +219,7 @@ static void attn_case(const epyq_kern_table *t, int multi, int nq, int hd, int n
             }
             double ref = 0.0;
             for (int s = 0; s < n_ctx; s++)
-                ref += exp(sc[s] - mx) / z * bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]);
+                ref += sc[s] / z * bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]);
             const double err = fabs((double)got - ref);
             ck_assert_msg(err <= bound,
                           "%s %s nq=%d hd=%d n_ctx=%d: out[%d][%d] = %.9g, want %.9g (err %.3g > %.3g)",
