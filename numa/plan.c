@@ -88,48 +88,51 @@ epyq_status epyq_numa_opts_from_env(epyq_numa_opts *o, epyq_err *err) {
     return EPYQ_OK;
 }
 
+epyq_status epyq_numa_opts_set(epyq_numa_opts *o, const char *flag, const char *value, epyq_err *err) {
+    if (strcmp(flag, "--numa-fallback") == 0) {
+        if (value) return epyq_err_set(err, EPYQ_E_ARG, "--numa-fallback takes no value");
+        o->fallback = true;
+        return EPYQ_OK;
+    }
+    if (!value) return epyq_err_set(err, EPYQ_E_ARG, "%s needs a value", flag);
+    if (strcmp(flag, "--numa") == 0) return parse_mode(value, &o->mode, err);
+    if (strcmp(flag, "--numa-split") == 0) return parse_count("--numa-split", value, 0, 256, &o->split, err);
+    if (strcmp(flag, "--threads") == 0 || strcmp(flag, "-t") == 0)
+        return parse_count("--threads", value, 0, 1 << 16, &o->n_threads, err);
+    if (strcmp(flag, "--nodes") == 0) {
+        o->nodes = value;
+        return EPYQ_OK;
+    }
+    if (strcmp(flag, "--cpu-range") == 0 || strcmp(flag, "-C") == 0) {
+        o->cpu_range = value;
+        return EPYQ_OK;
+    }
+    return epyq_err_set(err, EPYQ_E_ARG, "%s is not a NUMA option", flag);
+}
+
 int epyq_numa_opts_parse_arg(epyq_numa_opts *o, int argc, char **argv, int *i, epyq_err *err) {
     static const struct {
         const char *flag, *alias;
-    } flags[] = {{"--numa", NULL},    {"--numa-split", NULL}, {"--threads", "-t"},
-                 {"--nodes", NULL},   {"--cpu-range", "-C"},  {"--numa-fallback", NULL}};
+        bool has_value;
+    } flags[] = {{"--numa", NULL, true},  {"--numa-split", NULL, true}, {"--threads", "-t", true},
+                 {"--nodes", NULL, true}, {"--cpu-range", "-C", true},  {"--numa-fallback", NULL, false}};
     const char *arg = argv[*i];
     for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
         const char *name = flags[f].flag;
         size_t len = strlen(name);
         const char *val = NULL;
-        bool match = false;
-        if (strcmp(arg, name) == 0 || (flags[f].alias && strcmp(arg, flags[f].alias) == 0)) {
-            match = true;
-        } else if (strncmp(arg, name, len) == 0 && arg[len] == '=') {
-            match = true;
+        if (strncmp(arg, name, len) == 0 && arg[len] == '=') {
             val = arg + len + 1;
-        }
-        if (!match) continue;
-        if (f == 5) {
-            if (val) {
-                epyq_err_set(err, EPYQ_E_ARG, "--numa-fallback takes no value");
-                return -1;
-            }
-            o->fallback = true;
-            return 1;
-        }
-        if (!val) {
+        } else if (strcmp(arg, name) != 0 && !(flags[f].alias && strcmp(arg, flags[f].alias) == 0)) {
+            continue;
+        } else if (flags[f].has_value) {
             if (*i + 1 >= argc) {
                 epyq_err_set(err, EPYQ_E_ARG, "%s needs a value", arg);
                 return -1;
             }
             val = argv[++*i];
         }
-        epyq_status st = EPYQ_OK;
-        switch (f) {
-        case 0: st = parse_mode(val, &o->mode, err); break;
-        case 1: st = parse_count("--numa-split", val, 0, 256, &o->split, err); break;
-        case 2: st = parse_count("--threads", val, 0, 1 << 16, &o->n_threads, err); break;
-        case 3: o->nodes = val; break;
-        default: o->cpu_range = val; break;
-        }
-        return st == EPYQ_OK ? 1 : -1;
+        return epyq_numa_opts_set(o, name, val, err) == EPYQ_OK ? 1 : -1;
     }
     return 0;
 }
@@ -668,11 +671,20 @@ fail:
 /* ---- printing ----------------------------------------------------------------------------- */
 
 void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
+    /* GiB for real models; MiB keeps small (test, synthetic) models readable. */
+    bool gib = p->model_bytes >= (1ull << 30);
+    double unit = gib ? GIB : 1024.0 * 1024.0;
+    const char *u = gib ? "GiB" : "MiB";
     fprintf(f, "NUMA plan: mode %s", epyq_numa_mode_name(p->mode));
     if (p->asked != p->mode) fprintf(f, " (asked %s)", epyq_numa_mode_name(p->asked));
-    fprintf(f, ", model %s (%.2f GiB), topology %s\n", p->model_name, (double)p->model_bytes / GIB, p->topo_source);
-    fprintf(f, "%5s %4s %8s %12s %10s %10s %13s %11s %8s  %s\n", "node", "os", "experts", "GiB experts", "GiB dense",
-            "GiB total", "GiB capacity", "MiB/token", "threads", "PUs");
+    fprintf(f, ", model %s (%.2f %s), topology %s\n", p->model_name, (double)p->model_bytes / unit, u, p->topo_source);
+    char h_exp[16], h_den[16], h_tot[16], h_cap[16];
+    snprintf(h_exp, sizeof h_exp, "%s experts", u);
+    snprintf(h_den, sizeof h_den, "%s dense", u);
+    snprintf(h_tot, sizeof h_tot, "%s total", u);
+    snprintf(h_cap, sizeof h_cap, "%s capacity", u);
+    fprintf(f, "%5s %4s %8s %12s %10s %10s %13s %11s %8s  %s\n", "node", "os", "experts", h_exp, h_den, h_tot, h_cap,
+            "MiB/token", "threads", "PUs");
     uint64_t te = 0, td = 0;
     int64_t tn = 0;
     double tt = 0.0;
@@ -683,26 +695,21 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
         int32_t sorted[4096];
         int32_t n = gr->n_threads < 4096 ? gr->n_threads : 4096;
         memcpy(sorted, gr->cpus, sizeof *sorted * (size_t)n);
-        for (int32_t a = 1; a < n; a++)
-            for (int32_t b = a; b > 0 && sorted[b - 1] > sorted[b]; b--) {
-                int32_t tmp = sorted[b];
-                sorted[b] = sorted[b - 1];
-                sorted[b - 1] = tmp;
-            }
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_i32);
         epyq_topo_format_list(sorted, n, pus, sizeof pus);
         snprintf(node, sizeof node, gr->node >= 0 ? "%d" : "all", (int)gr->node);
         snprintf(os, sizeof os, gr->os_index >= 0 ? "%d" : "-", (int)gr->os_index);
         fprintf(f, "%5s %4s %8d %12.2f %10.2f %10.2f %13.2f %11.1f %8d  %s%s%s\n", node, os, (int)gr->n_experts,
-                (double)gr->expert_bytes / GIB, (double)gr->dense_bytes / GIB,
-                (double)(gr->expert_bytes + gr->dense_bytes) / GIB, (double)gr->capacity / GIB,
+                (double)gr->expert_bytes / unit, (double)gr->dense_bytes / unit,
+                (double)(gr->expert_bytes + gr->dense_bytes) / unit, (double)gr->capacity / unit,
                 gr->traffic / (1024.0 * 1024.0), (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
         te += gr->expert_bytes;
         td += gr->dense_bytes;
         tn += gr->n_experts;
         tt += gr->traffic;
     }
-    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %11.1f %8d\n", "total", "", (long long)tn, (double)te / GIB,
-            (double)td / GIB, (double)(te + td) / GIB, "", tt / (1024.0 * 1024.0), (int)p->n_threads);
+    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %11.1f %8d\n", "total", "", (long long)tn, (double)te / unit,
+            (double)td / unit, (double)(te + td) / unit, "", tt / (1024.0 * 1024.0), (int)p->n_threads);
     fprintf(f, "dense weights: %s; memory %s\n",
             p->replicate_dense ? "one copy per node" : p->n_groups > 1 ? "interleaved over the nodes" : "on the node",
             p->bind_memory ? "bound to each node before first touch" : "not bound by epyq (kernel/inherited policy)");

@@ -72,6 +72,11 @@ epyq_status epyq_numa_opts_from_env(epyq_numa_opts *o, epyq_err *err);
  * *i) and return 1; return 0 if it is not ours; -1 with err set on a bad value. */
 int epyq_numa_opts_parse_arg(epyq_numa_opts *o, int argc, char **argv, int *i, epyq_err *err);
 
+/* Set one option by its long flag name ("--numa", "--numa-split", "--threads", "--nodes",
+ * "--cpu-range", "--numa-fallback"; also "-t", "-C"), for tools that parse with getopt_long.
+ * value is NULL for --numa-fallback; strings are kept by pointer. */
+epyq_status epyq_numa_opts_set(epyq_numa_opts *o, const char *flag, const char *value, epyq_err *err);
+
 /* One line per flag, for --help texts. */
 extern const char epyq_numa_opts_help[];
 

@@ -6,9 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "numa/plan.h"
 #include "numa/topo.h"
+#include "tests/testutil.h"
 
 #define GIB (1ull << 30)
 #define NPS4 "pack:2 numa:4(memory=192GiB) core:8 pu:2"
@@ -630,6 +633,39 @@ START_TEST(test_opts_parse_and_env) {
 }
 END_TEST
 
+/* `epyq inspect --numa`: stdout gets the table, usage errors exit 2, impossible plans exit 1. */
+static int run_cli(const char *args, char *out, size_t size) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' inspect %s 2>&1", epyq_test_bin(), args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_inspect_numa_cli) {
+    struct stat sb;
+    if (stat(epyq_test_bin(), &sb) != 0) {
+        printf("skip: %s not built\n", epyq_test_bin());
+        return;
+    }
+    static char out[65536];
+    char args[4200];
+    snprintf(args, sizeof args, "--numa --topology '%s' -t 16", xml_path("genoa-2s-nps1-interleaved.xml"));
+    ck_assert_int_eq(run_cli(args, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "NUMA plan: mode distribute") && strstr(out, "5120") && strstr(out, "32-39"), "%s", out);
+    ck_assert_int_eq(run_cli("--numa=sideways", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "sideways"), "%s", out);
+    ck_assert_int_eq(run_cli("--numa --topology 'pack:2 numa:1(memory=4GiB) core:2 pu:1' --numa distribute", out,
+                             sizeof out), 2); /* --numa takes its mode as --numa=MODE here */
+    ck_assert_int_eq(run_cli("--numa=distribute --topology 'pack:2 numa:1(memory=4GiB) core:2 pu:1'", out,
+                             sizeof out), 1);
+    ck_assert_msg(strstr(out, "epyq: numa plan: node 0 needs"), "%s", out);
+}
+END_TEST
+
 static Suite *plan_suite(void) {
     Suite *s = suite_create("numa_plan");
     TCase *tc = tcase_create("topo");
@@ -651,6 +687,7 @@ static Suite *plan_suite(void) {
     tcase_add_test(tc, test_plan_impossible_requests);
     tcase_add_test(tc, test_plan_memory_checks);
     tcase_add_test(tc, test_opts_parse_and_env);
+    tcase_add_test(tc, test_inspect_numa_cli);
     suite_add_tcase(s, tc);
     return s;
 }
