@@ -13,11 +13,15 @@
 
 #include "core/util.h"
 #include "load/weights.h"
+#include "numa/plan.h"
 #include "tools/cmd.h"
 
 typedef struct {
     const char *dir;
     bool json, check_tensors, list_unexpected;
+    bool numa;                /* --numa: print the placement plan (numa/plan.h) */
+    const char *topology;     /* --topology: synthetic string or XML instead of this machine */
+    epyq_numa_opts numa_opts; /* --numa=MODE, --numa-split, -t, --nodes, -C, --numa-fallback */
 } opts;
 
 static void usage(FILE *f) {
@@ -31,6 +35,9 @@ static void usage(FILE *f) {
             "      --json            machine-readable output\n"
             "      --check-tensors   also decode every linear (finite scales, valid g_idx, finite weights)\n"
             "      --list-unexpected print every tensor outside the architecture (default: first 10)\n"
+            "      --numa[=MODE]     also print the NUMA placement plan (without -m: for the full 35b-a3b int4)\n"
+            "      --topology SPEC   plan for a hwloc synthetic string or XML file instead of this machine\n"
+            "      --numa-split N, -t N, --nodes LIST, -C LIST, --numa-fallback   as for running (see below)\n"
             "  -h, --help            this help\n"
             "\n"
             "Exit status: 0 valid, 1 invalid or unreadable folder (one line on stderr), 2 usage error.\n");
@@ -226,18 +233,37 @@ static int parse_args(opts *o, int argc, char **argv) {
     static const struct option lo[] = {
         {"model", required_argument, NULL, 'm'}, {"json", no_argument, NULL, 'j'},
         {"check-tensors", no_argument, NULL, 'c'}, {"list-unexpected", no_argument, NULL, 'u'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},        {"numa", optional_argument, NULL, 'N'},
+        {"topology", required_argument, NULL, 'T'}, {"numa-split", required_argument, NULL, 'S'},
+        {"threads", required_argument, NULL, 't'},  {"nodes", required_argument, NULL, 'n'},
+        {"cpu-range", required_argument, NULL, 'C'}, {"numa-fallback", no_argument, NULL, 'F'},
+        {NULL, 0, NULL, 0},
     };
+    epyq_numa_opts_init(&o->numa_opts);
+    epyq_err nerr = {0};
+    if (epyq_numa_opts_from_env(&o->numa_opts, &nerr) != EPYQ_OK) {
+        fprintf(stderr, "epyq inspect: %s\n", nerr.msg);
+        return 2;
+    }
     optind = 1;
     opterr = 0;
     int ch;
-    while ((ch = getopt_long(argc, argv, ":m:h", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":m:ht:C:", lo, NULL)) != -1) {
+        const char *numa_flag = ch == 'N' ? "--numa" : ch == 'S' ? "--numa-split" : ch == 't' ? "--threads"
+                              : ch == 'n' ? "--nodes" : ch == 'C' ? "--cpu-range" : ch == 'F' ? "--numa-fallback" : NULL;
+        if (ch == 'N') o->numa = true;
+        if (numa_flag && (ch != 'N' || optarg) && epyq_numa_opts_set(&o->numa_opts, numa_flag, optarg, &nerr)) {
+            fprintf(stderr, "epyq inspect: %s\n", nerr.msg);
+            return 2;
+        }
+        if (numa_flag) continue;
         switch (ch) {
         case 'm': o->dir = optarg; break;
         case 'j': o->json = true; break;
         case 'c': o->check_tensors = true; break;
         case 'u': o->list_unexpected = true; break;
-        case 'h': usage(stdout); return 0;
+        case 'h': usage(stdout); printf("\nNUMA options:\n%s", epyq_numa_opts_help); return 0;
+        case 'T': o->topology = optarg; break;
         case ':':
             fprintf(stderr, "epyq inspect: option '%s' needs a value (try epyq inspect --help)\n", argv[optind - 1]);
             return 2;
@@ -250,17 +276,46 @@ static int parse_args(opts *o, int argc, char **argv) {
         fprintf(stderr, "epyq inspect: unexpected argument '%s' (try epyq inspect --help)\n", argv[optind]);
         return 2;
     }
-    if (!o->dir) {
+    if (o->numa && o->json) {
+        fprintf(stderr, "epyq inspect: --numa prints a table; it does not combine with --json\n");
+        return 2;
+    }
+    if (!o->dir && !o->numa) {
         fprintf(stderr, "epyq inspect: -m DIR is required (try epyq inspect --help)\n");
         return 2;
     }
     return -1;
 }
 
+/* ---- --numa: placement plan for this checkpoint (numa/plan.h) ---- */
+
+static int print_numa(const epyq_weights *w, const epyq_weights_stats *s, const opts *o) {
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    if (w) {
+        /* Experts are the routed-expert linears; everything else resident is "dense". */
+        const epyq_config *c = &w->cfg;
+        uint64_t experts = s->kind[EPYQ_MK_EXPERT].q4_bytes + s->kind[EPYQ_MK_EXPERT].dense_bytes;
+        uint64_t n = (uint64_t)c->num_hidden_layers * (uint64_t)c->num_experts;
+        m = (epyq_numa_model){.name = "this checkpoint", .n_layers = c->num_hidden_layers,
+                              .n_experts = c->num_experts, .top_k = c->num_experts_per_tok,
+                              .expert_bytes = n ? experts / n : 0,
+                              .dense_bytes = s->resident_bytes > experts ? s->resident_bytes - experts : 0};
+    }
+    epyq_err err = {0};
+    if (w) printf("\n");
+    if (epyq_numa_plan_inspect(stdout, o->topology, &m, &o->numa_opts, &err) != EPYQ_OK) {
+        fprintf(stderr, "epyq: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
 int epyq_cmd_inspect(int argc, char **argv) {
     opts o = {0};
     int rc = parse_args(&o, argc, argv);
     if (rc >= 0) return rc;
+    if (!o.dir) return print_numa(NULL, NULL, &o);
     epyq_err err = {0};
     epyq_weights *w;
     epyq_bind_opts bo = {.allow_unexpected = true};
@@ -291,7 +346,7 @@ int epyq_cmd_inspect(int argc, char **argv) {
         print_precision(&s);
         print_sizes(w, &s);
         print_validation(w, &o, secs, o.check_tensors);
-        rc = 0;
+        rc = o.numa ? print_numa(w, &s, &o) : 0;
     }
     epyq_weights_free(w);
     return rc;
