@@ -10,7 +10,9 @@
  *   gdn_step                   32 value heads of 128 x 128 fp32 state (one layer, one token)
  * Rows are split over an epyq pool (numa/pool.h) of 1..N pinned threads, as in the runtime.
  *
- *   benchmarks/dense [-t 1,2] [--reps N] [--json] [--quick]
+ *   benchmarks/dense [-t 1,2] [--reps N] [--json] [--quick] [--only gemv|prefill|attn|gdn]
+ * oneDNN picks its own ISA: on Sapphire Rapids it runs AMX tiles, which Zen 4/5 lack; set
+ * ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 there to see what a Zen part would get.
  * Every figure is the median of --reps timed runs (default 7) after one warm-up, with the
  * min-max range. --json prints one object per row with kernel, shape, m, threads, gbps and
  * pct_read_bw (the columns of benchmarks/kernels). */
@@ -192,12 +194,15 @@ static void gdn_run(void *ctx) {
     epyq_pool_run(g->pool, gdn_task, g, G_HEADS);
 }
 
+static int section(const char *only, const char *name) { return !only || strcmp(only, name) == 0; }
+
 static void usage(FILE *f) {
     fprintf(f, "usage: dense [-t|--threads LIST] [--reps N] [--json] [--quick]\n"
                "  -t LIST   thread counts (default 1,<allowed CPUs>)\n"
                "  --reps N  timed repetitions per row, median reported (default 7)\n"
                "  --json    one JSON object per row\n"
-               "  --quick   smaller GEMV matrix (128 MiB) and no M=512 prefill row\n");
+               "  --quick   smaller GEMV matrix (128 MiB) and no M=512 prefill row\n"
+               "  --only S  one section: gemv, prefill, attn or gdn\n");
 }
 
 int main(int argc, char **argv) {
@@ -205,9 +210,11 @@ int main(int argc, char **argv) {
                                          {"reps", required_argument, NULL, 'r'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"quick", no_argument, NULL, 'q'},
+                                         {"only", required_argument, NULL, 'o'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int thr[MAX_T], nthr = 0, quick = 0, c;
+    const char *only = NULL; /* NULL = every section */
     while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
         char *end = NULL;
         switch (c) {
@@ -229,6 +236,14 @@ int main(int argc, char **argv) {
             break;
         case 'j': json = 1; break;
         case 'q': quick = 1; break;
+        case 'o':
+            if (strcmp(optarg, "gemv") && strcmp(optarg, "prefill") && strcmp(optarg, "attn") &&
+                strcmp(optarg, "gdn")) {
+                fprintf(stderr, "dense: --only %s: expected gemv, prefill, attn or gdn\n", optarg);
+                return 2;
+            }
+            only = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -298,7 +313,7 @@ int main(int argc, char **argv) {
         gemm_job g = {.pool = pool, .w = gw, .n = gn, .k = gk, .y = y};
         snprintf(shape, sizeof shape, "%dx%d", gn, gk);
         static const int ms[] = {1, 8, 32};
-        for (int e = 0; e < 2; e++)
+        for (int e = 0; e < 2 && section(only, "gemv"); e++)
             for (size_t mi = 0; mi < (e ? 1 : sizeof ms / sizeof *ms); mi++) {
                 g.exact = e;
                 g.x = (epyq_act){.m = ms[mi], .k = gk, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x};
@@ -309,7 +324,7 @@ int main(int argc, char **argv) {
         gemm_job p = {.pool = pool, .w = pw, .n = pn, .k = pk, .y = y};
         snprintf(shape, sizeof shape, "%dx%d", pn, pk);
         static const int pms[] = {64, 256, 512};
-        for (size_t mi = 0; mi < (quick ? 2u : 3u); mi++) {
+        for (size_t mi = 0; mi < (quick ? 2u : 3u) && section(only, "prefill"); mi++) {
             p.x = (epyq_act){.m = pms[mi], .k = pk, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x};
             const double fl = 2.0 * pms[mi] * pn * pk;
             const timing ours = time_it(gemm_run, &p);
@@ -327,15 +342,16 @@ int main(int argc, char **argv) {
 
         attn_job a = {.pool = pool, .q = aq, .kv = kv, .out = ao};
         const double kv_bytes = 2.0 * A_CTX * A_KV * A_HD * 2;
-        for (int mq = 1; mq >= 0; mq--) {
+        for (int mq = 1; mq >= 0 && section(only, "attn"); mq--) {
             a.multi = mq;
             row(mq ? "attn_bf16_multi" : "attn_bf16 x16", "16q/2kv hd256 4096", 1, t,
                 time_it(attn_run, &a), kv_bytes, 4.0 * A_HEADS * A_CTX * A_HD, rd, "decode, one layer");
         }
         gdn_job gj = {.pool = pool, .S = S, .k = gv, .v = gv + G_HEADS * G_D, .q = gv + 2 * G_HEADS * G_D, .o = go};
-        row("gdn_step", "32 x 128x128", 1, t, time_it(gdn_run, &gj),
-            (double)G_HEADS * G_D * G_D * 4 * 2, 6.0 * G_HEADS * G_D * G_D, rd,
-            "one layer; bytes = state read+write (cache-resident)");
+        if (section(only, "gdn"))
+            row("gdn_step", "32 x 128x128", 1, t, time_it(gdn_run, &gj),
+                (double)G_HEADS * G_D * G_D * 4 * 2, 6.0 * G_HEADS * G_D * G_D, rd,
+                "one layer; bytes = state read+write (cache-resident)");
         epyq_pool_free(pool);
     }
     epyq_dnnl_release();

@@ -18,6 +18,13 @@
 
 #include "core/status.h"
 
+/* Smallest m for which callers should prefer this over epyq_kern()->bf16_gemm. Measured
+ * with benchmarks/dense (8192 x 2048, M = 64/256/512): oneDNN's AMX kernels win by 4-10x on
+ * Sapphire Rapids; restricted to AVX512_CORE_BF16 (what Zen 4/5 get) it still wins by
+ * 5-25% (noisy, shared machine). Smaller m is decode-like: our kernels run on epyq's pinned
+ * pools with no OpenMP team to wake, and the weight stream dominates. */
+#define EPYQ_DNNL_MIN_M 64
+
 /* 1 when the library was built with oneDNN. */
 int epyq_dnnl_available(void);
 

@@ -115,7 +115,9 @@ typedef struct epyq_kern_table {
 
     /* Attention over a bf16 KV cache for one query head and one token:
      *   out[d] = sum_s softmax_s(scale * q·k_s) v_s[d], s < n_ctx; k/v rows of hd bf16,
-     * row stride kv_stride elements. q, out: fp32 [hd]. */
+     * row stride kv_stride elements. q, out: fp32 [hd]. n_ctx = 0 gives out = 0. Causal
+     * masking is the caller's n_ctx (keys 0..pos). Any hd; SIMD tables need hd % 16 == 0
+     * (avx512) / hd % 8 == 0 (avx2) and otherwise run the ref twin. */
     void (*attn_bf16)(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,
                       int32_t hd, int32_t kv_stride, float scale, float *out);
     /* The same for nq query heads that share one kv head (GQA group, or several prefill
