@@ -20,7 +20,8 @@ static char *g_dir;
 static epyq_model *load_with(int threads, epyq_numpath path, const epyq_kern_table *kt) {
     epyq_err err = {0};
     epyq_model *m = NULL;
-    epyq_model_opts o = {.path = path, .n_threads = threads, .kernels = kt};
+    /* chunked DeltaNet for 8+ tokens: A uses it for its prefill, the others stay recurrent */
+    epyq_model_opts o = {.path = path, .n_threads = threads, .kernels = kt, .gdn_chunk_min = 8};
     ck_assert_msg(epyq_model_load(&m, g_dir, &o, &err) == EPYQ_OK, "%s", err.msg);
     return m;
 }
