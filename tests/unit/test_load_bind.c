@@ -10,6 +10,13 @@
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
+/* Check's ck_assert records a checkpoint on every call (a syscall in fork mode); inside
+ * per-element loops only the failure path may call into Check. */
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+
 static char *write_model(const tc_opts *o, void (*mutate)(tc_list *, void *), void *ctx) {
     char *dir = epyq_test_tmpdir();
     ck_assert_ptr_nonnull(dir);
@@ -48,7 +55,7 @@ static void check_linear(const epyq_linear *l, epyq_module_kind kind, int32_t la
             for (int64_t k = 0; k < K; k++) {
                 int64_t g = tc_group(c->o, k);
                 float want = (float)(tc_code(n, k) - tc_zero(c->o, n, g)) * tc_scale(n, g);
-                ck_assert_msg(w[n * K + k] == want, "%s [%lld, %lld]: %g, expected %g", l->module, (long long)n,
+                EXPECT(w[n * K + k] == want, "%s [%lld, %lld]: %g, expected %g", l->module, (long long)n,
                               (long long)k, (double)w[n * K + k], (double)want);
             }
         /* the canonical form (what the kernels pack) says the same */
@@ -62,9 +69,11 @@ static void check_linear(const epyq_linear *l, epyq_module_kind kind, int32_t la
         for (int64_t n = 0; n < N; n++)
             for (int64_t i = 0; i < K; i++) {
                 int64_t k = hp ? perm[i] : i, g = i / l->scheme.group_size;
-                ck_assert_int_eq(q[n * K + i], tc_code(n, k));
-                ck_assert_int_eq(z[n * Gn + g], tc_zero(c->o, n, tc_group(c->o, k)));
-                ck_assert(s[n * Gn + g] == tc_scale(n, tc_group(c->o, k)));
+                EXPECT(q[n * K + i] == tc_code(n, k), "%s: code [%lld, %lld]", l->module, (long long)n, (long long)i);
+                EXPECT(z[n * Gn + g] == tc_zero(c->o, n, tc_group(c->o, k)), "%s: zero [%lld, %lld]", l->module,
+                       (long long)n, (long long)g);
+                EXPECT(s[n * Gn + g] == tc_scale(n, tc_group(c->o, k)), "%s: scale [%lld, %lld]", l->module,
+                       (long long)n, (long long)g);
             }
         free(q);
         free(z);
@@ -73,7 +82,7 @@ static void check_linear(const epyq_linear *l, epyq_module_kind kind, int32_t la
     } else {
         c->ndense++;
         if (l->row0 == 0 && l->slice == 0 && l->w->ndim == 2)
-            for (int64_t i = 0; i < N * K; i++) ck_assert(w[i] == tc_dense(i));
+            for (int64_t i = 0; i < N * K; i++) EXPECT(w[i] == tc_dense(i), "%s: weight %lld", l->module, (long long)i);
     }
     free(w);
 }
