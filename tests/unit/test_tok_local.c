@@ -12,6 +12,8 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "tests/testutil.h"
+#include "synth/synth.h"
+#include "synth/synth_int.h"
 #include "tok/json_text.h"
 #include "tok/sbuf.h"
 #include "tok/tok_internal.h"
@@ -306,6 +308,113 @@ START_TEST(nfc_segments_match_whole_text) {
 }
 END_TEST
 
+/* Pieces of the split regex, as Oniguruma cuts them (tokenizer.md §2.3): \s is exactly
+ * White_Space, so U+180E (a format character since Unicode 6.3; PCRE2's own \s still takes it)
+ * and U+001C..U+001F are symbols here, not spaces. */
+static void expect_pieces(const char *text, const char *const *want, size_t nw) {
+    tok_split_state st = {0};
+    const uint8_t *s = (const uint8_t *)text;
+    size_t n = strlen(text), pos = 0, k = 0;
+    epyq_err err;
+    while (pos < n) {
+        size_t ms, me;
+        bool found;
+        ck_assert(tok_split_find(g_tiny, &st, s, n, pos, &ms, &me, &found, &err) == EPYQ_OK);
+        ck_assert(found && ms == pos);
+        ck_assert_msg(k < nw && me - ms == strlen(want[k]) && !memcmp(s + ms, want[k], me - ms), "\"%s\": piece %zu is \"%.*s\"",
+                      text, k, (int)(me - ms), text + ms);
+        k++;
+        pos = me;
+    }
+    ck_assert_uint_eq(k, nw);
+    tok_split_state_free(&st);
+}
+
+START_TEST(split_pieces) {
+    static const char *const p1[] = {"\xE1\xA0\x8E!"}; /* U+180E then '!': one symbol run */
+    expect_pieces("\xE1\xA0\x8E!", p1, 1);
+    static const char *const p2[] = {"\x1C!"};
+    expect_pieces("\x1C!", p2, 1);
+    static const char *const p3[] = {"a", "\xC2\xA0", "\xE3\x80\x80" "b"}; /* NBSP, then ideographic space before a letter */
+    expect_pieces("a\xC2\xA0\xE3\x80\x80" "b", p3, 3);
+    static const char *const p4[] = {"Hello", ",", " world", "!\n\n", "  ", " x", "'LL", "1", "2"};
+    expect_pieces("Hello, world!\n\n   x'LL12", p4, 9);
+    static const char *const p5[] = {"\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80"}; /* हिन्दी: marks stay in the word */
+    expect_pieces("\xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80", p5, 1);
+}
+END_TEST
+
+/* The tokenizer `epyq synth` generates (src/synth/tokgen.c: the Qwen3.6 pipeline around a
+ * BPE learnt from a built-in sample): control tokens at the ids synth put them, config-only
+ * tokens only with config_added_tokens, decode(encode(x)) == NFC(x), scan == heap. */
+START_TEST(synth_tokenizer) {
+    epyq_synth_dims d;
+    epyq_err err;
+    ck_assert_msg(epyq_synth_dims_init(&d, "tiny", 0, 0, 0, &err) == EPYQ_OK, "%s", err.msg);
+    char *dir = epyq_test_tmpdir();
+    ck_assert_msg(synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_tok *t, *tc;
+    ck_assert_msg(epyq_tok_load(&t, dir, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_tok_opts o = epyq_tok_opts_default();
+    o.config_added_tokens = true;
+    ck_assert_msg(epyq_tok_load_opts(&tc, dir, &o, &err) == EPYQ_OK, "%s", err.msg);
+    /* synth keeps the added tokens inside the embedding rows: small vocabularies get the
+     * first vocab - special_base of the 26 (and no config-only ones). */
+    int32_t n_json = d.vocab - d.special_base < 26 ? d.vocab - d.special_base : 26;
+    ck_assert_int_eq(epyq_tok_vocab_size(t), d.special_base + n_json);
+    ck_assert_int_eq(epyq_tok_id(t, "<|endoftext|>"), d.special_base);
+    ck_assert_int_eq(epyq_tok_id(t, "<|im_end|>"), d.special_base + 2);
+    ck_assert_int_eq(epyq_tok_id(t, "<tool_call>"), d.special_base + 14);
+    ck_assert_int_eq(epyq_tok_id(t, "<|audio_pad|>"), -1);
+    ck_assert_int_eq(epyq_tok_vocab_size(tc), epyq_tok_vocab_size(t) + (n_json == 26 ? 7 : 0));
+    ck_assert(epyq_tok_is_special(t, d.special_base + 2));
+    ck_assert(!epyq_tok_is_special(t, d.special_base + 14));
+    static const char *const texts[] = {
+        "<|im_start|>user\nWrite a function that returns the sum of a list.<|im_end|>\n<|im_start|>assistant\n<tool_call>\n",
+        "def add(a, b):\n    return a + b  # caf\xC3\xA9 cafe\xCC\x81 \xE4\xB8\xAD\xE6\x96\x87 123456 \xF0\x9F\x98\x8A\n\n\n",
+        "   leading spaces,\ttabs and    runs\r\n", "",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        int32_t *ids;
+        size_t n, dl;
+        ck_assert(epyq_tok_encode(t, texts[i], strlen(texts[i]), &ids, &n, &err) == EPYQ_OK);
+        for (size_t k = 0; k < n; k++) ck_assert(ids[k] >= 0 && ids[k] < epyq_tok_vocab_size(t));
+        char *dec;
+        ck_assert(epyq_tok_decode(t, ids, n, false, &dec, &dl, &err) == EPYQ_OK);
+        utf8proc_uint8_t *nfc = NULL;
+        utf8proc_ssize_t r = *texts[i] ? utf8proc_map((const utf8proc_uint8_t *)texts[i], (utf8proc_ssize_t)strlen(texts[i]), &nfc,
+                                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+                                       : 0;
+        ck_assert_msg((size_t)r == dl && (dl == 0 || !memcmp(nfc, dec, dl)), "text %zu: \"%s\"", i, dec);
+        /* the generated merges are real: ordinary text takes fewer tokens than bytes */
+        if (i == 0) ck_assert_uint_lt(n, strlen(texts[i]) / 2);
+        free(nfc);
+        free(dec);
+        free(ids);
+    }
+    uint64_t x = 0x853C49E6748FEA9Bull;
+    static const char alphabet[] = "the quick brown fox (x) = 42;\n";
+    for (int iter = 0; iter < 500; iter++) {
+        int32_t a[160], b[160];
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t n = 1 + x % 159;
+        for (size_t i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            a[i] = b[i] = t->byte_id[(uint8_t)alphabet[x % (sizeof alphabet - 1)]];
+        }
+        size_t na = tok_bpe_merge(&t->merges, a, n, 1), nb = tok_bpe_merge(&t->merges, b, n, 2);
+        ck_assert(na == nb && !memcmp(a, b, na * sizeof *a));
+    }
+    epyq_tok_free(t);
+    epyq_tok_free(tc);
+    free(dir);
+}
+END_TEST
+
 /* The NUL-safe JSON field reader used by --jsonl and the golden tests. */
 START_TEST(json_text_field) {
     char *s;
@@ -344,6 +453,8 @@ int main(void) {
     tcase_add_test(tc, scan_and_heap_agree);
     tcase_add_test(tc, json_text_field);
     tcase_add_test(tc, nfc_segments_match_whole_text);
+    tcase_add_test(tc, synth_tokenizer);
+    tcase_add_test(tc, split_pieces);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
