@@ -60,7 +60,9 @@ typedef struct {
 
 size_t epyq_w4_pack_bytes(int32_t n, int32_t k, int32_t gs, int asym);
 /* Pack src into dst->mem (which the caller allocated with epyq_w4_pack_bytes bytes).
- * Refuses (EPYQ_E_UNSUPPORTED) group sizes or shapes the kernels cannot take. */
+ * Refuses (EPYQ_E_UNSUPPORTED) group sizes or shapes the kernels cannot take.
+ * The packed form is asymmetric exactly when src->z is non-NULL and holds a value other
+ * than 8, so size mem with asym = (src->z != NULL) unless that scan was done. */
 epyq_status epyq_w4_pack(epyq_w4 *dst, void *mem, const epyq_q4_canon *src, epyq_err *err);
 /* Decode one packed matrix back to canonical codes/scales/zeros (tests, --check). */
 void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q /*[n][k]*/, float *s /*[n][k/gs]*/, uint8_t *z /*[n][k/gs]*/);
@@ -73,6 +75,8 @@ typedef struct {
     void *buf;            /* epyq_act_bytes() bytes: path-specific copy, layout private */
 } epyq_act;
 
+/* 0 when the int4 kernels cannot use the shape: k must be a multiple of 32 (A16) or of gs
+ * (A8). A8 int4 kernels need x->gs equal to the weight's gs. */
 size_t epyq_act_bytes(int32_t m, int32_t k, int32_t gs, epyq_numpath path);
 
 /* The table of kernels for one ISA level. */
