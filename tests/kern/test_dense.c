@@ -2,7 +2,9 @@
  * double-precision reference; plus the dispatcher (EPYQ_MAX_ISA parsing and capping).
  *
  * Each case poisons its outputs with NaN, runs the kernel, and checks every output element
- * (and that elements outside the requested row slice stay NaN). Tolerances are worst-case
+ * (and that elements outside the requested row slice stay NaN). A bitwise case requires
+ * identical bits however the rows are sliced (as thread pools slice them) and between the
+ * GQA attention entry and one call per head. Tolerances are worst-case
  * fp32 rounding bounds computed per element from the data, so a kernel that drops a term,
  * reads a wrong row or mis-handles a ragged tail fails by orders of magnitude:
  *   bf16_gemm[_f32]: |y - y64| <= (k + 2) u sum_i |w_i x_i|           (u = 2^-24; products
@@ -168,6 +170,58 @@ START_TEST(test_bf16_gemm) { gemm_all_tables(0); }
 END_TEST
 
 START_TEST(test_bf16_gemm_f32) { gemm_all_tables(1); }
+END_TEST
+
+/* Bitwise mode: a thread pool hands each worker a slice of rows, so a row's value may not
+ * depend on where the slices start or end (remainder rows run a narrower register tile),
+ * and the GQA entry must give exactly what one call per head gives. */
+START_TEST(test_bitwise_slices) {
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        rng_state = 0xb17ull + (uint64_t)l;
+        for (int c = 0; c < 8; c++) {
+            const int n = rnd_range(9, 150), k = rnd_range(1, 3000), m = rnd_range(1, 11);
+            uint16_t *w = rnd_bf16((size_t)n * (size_t)k);
+            float *x = rnd_floats((size_t)m * (size_t)k);
+            float *y1 = nan_floats((size_t)m * (size_t)n), *y2 = nan_floats((size_t)m * (size_t)n);
+            const epyq_act a = {.m = m, .k = k, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x};
+            for (int exact = 0; exact < 2; exact++) {
+                void (*fn)(const uint16_t *, int32_t, int32_t, int32_t, const epyq_act *, float *,
+                           int32_t) = exact ? t->bf16_gemm_f32 : t->bf16_gemm;
+                fn(w, k, 0, n, &a, y1, n);
+                const int c1 = rnd_range(1, n / 3), c2 = rnd_range(c1 + 1, n - 1);
+                fn(w, k, 0, c1, &a, y2, n);
+                fn(w, k, c1, c2, &a, y2, n);
+                fn(w, k, c2, n, &a, y2, n);
+                ck_assert_msg(memcmp(y1, y2, (size_t)m * (size_t)n * sizeof *y1) == 0,
+                              "%s %s n=%d k=%d m=%d: slices [0,%d) [%d,%d) [%d,%d) differ from one call",
+                              t->name, exact ? "bf16_gemm_f32" : "bf16_gemm", n, k, m, c1, c1, c2, c2, n);
+            }
+            free(w);
+            free(x);
+            free(y1);
+            free(y2);
+        }
+        static const int hds[] = {16, 64, 256};
+        for (size_t ih = 0; ih < sizeof hds / sizeof *hds; ih++) {
+            const int hd = hds[ih], nq = 11, n_ctx = 77;
+            uint16_t *k = rnd_bf16((size_t)n_ctx * hd), *v = rnd_bf16((size_t)n_ctx * hd);
+            float *q = rnd_floats((size_t)nq * hd);
+            float *o1 = nan_floats((size_t)nq * hd), *o2 = nan_floats((size_t)nq * hd);
+            t->attn_bf16_multi(q, nq, hd, k, v, n_ctx, hd, hd, 0.125f, o1, hd);
+            for (int h = 0; h < nq; h++)
+                t->attn_bf16(q + (size_t)h * hd, k, v, n_ctx, hd, hd, 0.125f, o2 + (size_t)h * hd);
+            ck_assert_msg(memcmp(o1, o2, (size_t)nq * hd * sizeof *o1) == 0,
+                          "%s: attn_bf16_multi differs from per-head attn_bf16 (hd=%d)", t->name, hd);
+            free(k);
+            free(v);
+            free(q);
+            free(o1);
+            free(o2);
+        }
+    }
+}
 END_TEST
 
 /* ---- attention --------------------------------------------------------------------------- */
@@ -486,6 +540,7 @@ static Suite *dense_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_bf16_gemm);
     tcase_add_test(tc, test_bf16_gemm_f32);
+    tcase_add_test(tc, test_bitwise_slices);
     tcase_add_test(tc, test_attn);
     tcase_add_test(tc, test_attn_multi);
     tcase_add_test(tc, test_attn_peaked);
