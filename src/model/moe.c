@@ -123,7 +123,8 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
     int32_t *e_off = calloc((size_t)E + 2, sizeof(int32_t));
     int32_t *ent_tok = malloc(n_ent * sizeof(int32_t)), *ent_row = malloc(n_ent * sizeof(int32_t));
     float *ent_w = malloc(n_ent * sizeof(float));
-    moe_task_t *tasks = malloc((n_ent / 1 + (size_t)E + 1) * sizeof(moe_task_t));
+    /* at most one partial chunk per expert beyond the full ones */
+    moe_task_t *tasks = malloc((n_ent / MOE_CHUNK + (size_t)E + 2) * sizeof(moe_task_t));
     float *ys = epyq_model_alloc(n_ent * H, sizeof(float));
     epyq_act act = {0};
     void *abuf = NULL;
