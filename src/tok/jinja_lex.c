@@ -334,10 +334,16 @@ epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, j
         if (te > ts) {
             advance_to(&L, ts);
             jtok *t = push(&L, JT_TEXT);
-            if (!t) return lex_error(&L, "out of memory");
+            if (!t) {
+                st = lex_error(&L, "out of memory");
+                goto out;
+            }
             t->p = jj_strdup(a, src + ts, te - ts);
             t->n = te - ts;
-            if (!t->p) return lex_error(&L, "out of memory");
+            if (!t->p) {
+                st = lex_error(&L, "out of memory");
+                goto out;
+            }
         }
         advance_to(&L, tag);
         if (tag >= len) break;
@@ -350,13 +356,19 @@ epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, j
                     end = src + i;
                     break;
                 }
-            if (!end) return lex_error(&L, "unterminated comment (missing '#}')");
+            if (!end) {
+                st = lex_error(&L, "unterminated comment (missing '#}')");
+                goto out;
+            }
             size_t e = (size_t)(end - src);
             if (e > body && (src[e - 1] == '-' || src[e - 1] == '+')) strip_after = src[e - 1];
             advance_to(&L, e + 2);
         } else {
             jtok *t = push(&L, kind == '%' ? JT_BLOCK_BEGIN : JT_VAR_BEGIN);
-            if (!t) return lex_error(&L, "out of memory");
+            if (!t) {
+                st = lex_error(&L, "out of memory");
+                goto out;
+            }
             advance_to(&L, body);
             st = lex_inside(&L, kind == '%', &strip_after);
             if (st) goto out;
@@ -377,7 +389,7 @@ epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, j
             line_starting = true;
         }
     }
-    if (!push(&L, JT_EOF)) return lex_error(&L, "out of memory");
+    if (!push(&L, JT_EOF)) st = lex_error(&L, "out of memory");
 out:
     if (st) {
         free(L.toks);
