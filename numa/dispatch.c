@@ -11,7 +11,7 @@
 
 #include "core/util.h"
 
-#define REDUCE_COLS 256 /* columns per reduction task: 1 KiB rows, several tasks per token */
+#define REDUCE_COLS 128 /* columns per reduction task: 512 B rows, 16 tasks per 2048-wide token */
 
 typedef struct {
     int32_t expert;
@@ -23,6 +23,7 @@ typedef struct {
 typedef struct {
     epyq_moe_dispatch *d;
     int32_t group;
+    int32_t reduce_first;    /* this group's share of the reduction tasks */
 } group_ctx;
 
 struct epyq_moe_dispatch {
@@ -107,7 +108,7 @@ epyq_status epyq_moe_dispatch_create(epyq_moe_dispatch **out, const epyq_numa_rt
         epyq_moe_dispatch_free(d);
         return epyq_err_set(err, EPYQ_E_NOMEM, "moe dispatch: out of memory for %zu bytes of scratch", scratch);
     }
-    for (int32_t g = 0; g < rt->n_groups; g++) d->gctx[g] = (group_ctx){d, g};
+    for (int32_t g = 0; g < rt->n_groups; g++) d->gctx[g] = (group_ctx){d, g, 0};
     *out = d;
     return EPYQ_OK;
 }
@@ -135,25 +136,35 @@ static void group_task(void *vctx, int32_t task, int32_t worker) {
     d->fn(d->ctx, &pub, unit_rows(d, u), d->dims.width, gc->group, worker);
 }
 
+/* acc[0..n) += r[0..n). A full block has a constant trip count, which lets gcc -O2 (cheap
+ * vectorizer cost model) use SIMD; the ragged last block of a row takes the general loop. */
+static inline void add_row(float *restrict acc, const float *restrict r, int32_t n) {
+    if (n == REDUCE_COLS) {
+        for (int32_t c = 0; c < REDUCE_COLS; c++) acc[c] += r[c];
+    } else {
+        for (int32_t c = 0; c < n; c++) acc[c] += r[c];
+    }
+}
+
 /* One task per (token, column block): fixed summation order, slot-major then slice. */
-static void reduce_task(void *vctx, int32_t task, int32_t worker) {
+static void reduce_task(void *vctx, int32_t task_in_group, int32_t worker) {
     (void)worker;
-    epyq_moe_dispatch *d = vctx;
+    const group_ctx *gc = vctx;
+    epyq_moe_dispatch *d = gc->d;
+    int32_t task = gc->reduce_first + task_in_group;
     int32_t blocks = (d->dims.width + REDUCE_COLS - 1) / REDUCE_COLS;
     int32_t t = task / blocks;
     int32_t c0 = (task % blocks) * REDUCE_COLS;
-    int32_t c1 = c0 + REDUCE_COLS < d->dims.width ? c0 + REDUCE_COLS : d->dims.width;
+    int32_t n = d->dims.width - c0 < REDUCE_COLS ? d->dims.width - c0 : REDUCE_COLS;
     float acc[REDUCE_COLS];
-    float *yr = d->y + (size_t)t * (size_t)d->ldy;
-    for (int32_t c = c0; c < c1; c++) acc[c - c0] = d->accumulate ? yr[c] : 0.0f;
+    float *yr = d->y + (size_t)t * (size_t)d->ldy + (size_t)c0;
+    for (int32_t c = 0; c < n; c++) acc[c] = d->accumulate ? yr[c] : 0.0f;
     for (int32_t k = 0; k < d->dims.top_k; k++) {
         size_t j = (size_t)d->pos[(size_t)t * (size_t)d->dims.top_k + (size_t)k];
-        for (int32_t s = 0; s < d->dims.n_slices; s++) {
-            const float *r = d->scratch + ((size_t)s * d->slots + j) * (size_t)d->dims.width;
-            for (int32_t c = c0; c < c1; c++) acc[c - c0] += r[c];
-        }
+        for (int32_t s = 0; s < d->dims.n_slices; s++)
+            add_row(acc, d->scratch + ((size_t)s * d->slots + j) * (size_t)d->dims.width + (size_t)c0, n);
     }
-    for (int32_t c = c0; c < c1; c++) yr[c] = acc[c - c0];
+    memcpy(yr, acc, sizeof *acc * (size_t)n);
 }
 
 /* Units of a group, largest first (stable), so the pool's dynamic hand-out finishes evenly. */
@@ -231,7 +242,17 @@ epyq_status epyq_moe_dispatch_run(epyq_moe_dispatch *d, int32_t layer, int32_t n
     for (int32_t g = 1; g < d->n_groups; g++)
         if (d->n_units[g]) epyq_pool_wait(pools[g]);
 
+    /* The reduction is spread over every group in contiguous task ranges: which thread sums a
+     * (token, block) does not change the order of the sum inside it. */
     int32_t blocks = (d->dims.width + REDUCE_COLS - 1) / REDUCE_COLS;
-    epyq_pool_run(pools[0], reduce_task, d, n_tokens * blocks);
+    int32_t total = n_tokens * blocks, G = d->n_groups;
+    for (int32_t g = 0; g < G; g++) d->gctx[g].reduce_first = (int32_t)((int64_t)total * g / G);
+    for (int32_t g = 1; g < G; g++) {
+        int32_t n = (int32_t)((int64_t)total * (g + 1) / G) - d->gctx[g].reduce_first;
+        if (n) epyq_pool_start(pools[g], reduce_task, &d->gctx[g], n);
+    }
+    epyq_pool_run(pools[0], reduce_task, &d->gctx[0], (int32_t)((int64_t)total / G));
+    for (int32_t g = 1; g < G; g++)
+        if ((int32_t)((int64_t)total * (g + 1) / G) > d->gctx[g].reduce_first) epyq_pool_wait(pools[g]);
     return EPYQ_OK;
 }
