@@ -1,6 +1,7 @@
 /* numa/plan.c — the placement plan: groups, threads, experts, dense weights, memory checks. */
 #include "numa/plan.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,9 @@ void epyq_numa_model_35b_a3b(epyq_numa_model *m, bool int4) {
         m->expert_bytes = expert_params * 2;
         m->dense_bytes = (text_params - expert_total) * 2;
     }
+    /* A token reads every dense weight except the embedding table, of which it reads one row. */
+    const uint64_t embed_params = 248320ull * 2048;
+    m->dense_token_bytes = m->dense_bytes - embed_params * 2 + 2048 * 2;
 }
 
 /* ---- options ---------------------------------------------------------------------------- */
@@ -161,11 +165,15 @@ void epyq_numa_plan_free(epyq_numa_plan *p) {
     free(p);
 }
 
-static void add_note(epyq_numa_plan *p, const char *fmt, const char *a, long b) {
+static void add_note(epyq_numa_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_note(epyq_numa_plan *p, const char *fmt, ...) {
     size_t used = strlen(p->notes);
     if (used + 2 >= sizeof p->notes) return;
     if (used) p->notes[used++] = ';', p->notes[used++] = ' ', p->notes[used] = '\0';
-    snprintf(p->notes + used, sizeof p->notes - used, fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->notes + used, sizeof p->notes - used, fmt, ap);
+    va_end(ap);
 }
 
 /* Node number as the user sees it: OS index, or the logical index in split mode. */
@@ -309,7 +317,7 @@ static epyq_status build_groups(epyq_numa_plan *p, const epyq_topo *t, const boo
             if (!group_add_pus(&gb[n], nd)) goto oom;
             group_of[i] = n++;
         } else if (nd->n_pus == 0) {
-            add_note(p, "node %s%ld has no usable CPU: left out (its memory is not used)", "", (long)node_number(t, i));
+            add_note(p, "node %d has no usable CPU: left out (its memory is not used)", (int)node_number(t, i));
         }
     }
     if (n == 0) {
@@ -530,7 +538,7 @@ static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, boo
                 moved++;
             }
         p->fallback_used = true;
-        add_note(p, "fallback: node %s%ld lacked memory; experts moved to nodes with room", "", (long)gr->node);
+        add_note(p, "fallback: node %d lacked memory; experts moved to nodes with room", (int)gr->node);
         (void)moved;
     }
     tally(p, m);
@@ -564,7 +572,7 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         p->split = true;
         p->shared_cores = t->shared_cores;
         if (t->shared_cores)
-            add_note(p, "split into %s%ld logical nodes on fewer cores: nodes share cores", "", (long)opts->split);
+            add_note(p, "split into %d logical nodes on fewer cores: nodes share cores", (int)opts->split);
     }
     snprintf(p->topo_source, sizeof p->topo_source, "%s", t->source);
     sel = calloc((size_t)t->n_nodes, sizeof *sel);
@@ -650,7 +658,18 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
     }
     if ((st = check_memory(p, model, fallback, opts->reserve_bytes, err)) != EPYQ_OK) goto fail;
     if (opts->mode == EPYQ_NUMA_AUTO)
-        add_note(p, "auto: distribute over %s%ld node(s)", "", (long)n_gb);
+        add_note(p, "auto: distribute over %d node%s", (int)n_gb, n_gb == 1 ? "" : "s");
+    if (n_gb > 1 && p->bind_memory && !p->replicate_dense && model->dense_token_bytes) {
+        /* Per token the dense weights usually outweigh the 8 experts; say what a copy per node costs. */
+        double expert_tok = 0.0;
+        for (int32_t g = 0; g < n_gb; g++) expert_tok += p->groups[g].traffic;
+        double dense_share = (double)model->dense_token_bytes / ((double)model->dense_token_bytes + expert_tok);
+        add_note(p,
+                 "dense weights are %.0f%% of the bytes read per token and %d of %d interleaved pages are remote; "
+                 "--numa replicate-dense makes them local for %.2f GiB more per node",
+                 100.0 * dense_share, (int)n_gb - 1, (int)n_gb,
+                 (double)(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb) / GIB);
+    }
 
     for (int32_t g = 0; g < t->n_nodes; g++) free(gb[g].pus);
     free(gb);

@@ -32,6 +32,7 @@ typedef struct {
     int32_t top_k;             /* experts per token */
     uint64_t expert_bytes;     /* bytes of one routed expert, packed as it will sit in memory */
     uint64_t dense_bytes;      /* all other weights: mixers, shared experts, router, norms, embedding, lm_head */
+    uint64_t dense_token_bytes; /* dense bytes read per decoded token (one embedding row), 0 = unknown */
     const float *expert_freq;  /* [n_layers * n_experts] expected share of tokens routed to each
                                   expert (sums to top_k per layer), or NULL = uniform */
 } epyq_numa_model;

@@ -2,11 +2,13 @@
  * logical nodes (--numa-split) and any chunking, equals a serial fixed-order reference, every
  * unit runs on the pool of the node that holds its expert, and bad router output is refused. */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "numa/dispatch.h"
 #include "numa/place.h"
@@ -227,6 +229,55 @@ START_TEST(test_bad_router_output) {
 }
 END_TEST
 
+/* Threads of this process other than the caller, and how many are not asleep. */
+static int other_threads(int *awake) {
+    DIR *dir = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(dir);
+    int n = 0, self = (int)gettid();
+    *awake = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.' || atoi(e->d_name) == self) continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        char *rp = strrchr(buf, ')');
+        n++;
+        if (rp && rp[2] != 'S') (*awake)++;
+    }
+    closedir(dir);
+    return n;
+}
+
+START_TEST(test_idle_runtime_has_no_spinning_threads) {
+    /* After a burst of MoE layers on 2 logical nodes, the process holds exactly the pool
+     * threads the plan asked for (no OpenMP or helper threads), and all of them sleep. */
+    synth sy;
+    synth_init(&sy);
+    setup su = make_setup(2, 0);
+    sy.plan = su.plan;
+    int32_t ex[TOPK];
+    float w[TOPK], y[WIDTH];
+    uint32_t seed = 5;
+    route(&seed, 1, ex, w);
+    epyq_err err = {0};
+    for (int i = 0; i < 50; i++)
+        ck_assert_int_eq(epyq_moe_dispatch_run(su.d, 1, 1, ex, w, synth_expert, &sy, y, WIDTH, false, &err), EPYQ_OK);
+    usleep(100 * 1000); /* far past the 100 us spin budget */
+    int awake = 0;
+    int n = other_threads(&awake);
+    ck_assert_int_eq(n, su.plan->n_threads - 1);
+    ck_assert_msg(awake == 0, "%d pool threads are not asleep while idle", awake);
+    free_setup(&su);
+    free(sy.down);
+    free(sy.x);
+}
+END_TEST
+
 static Suite *dispatch_suite(void) {
     Suite *s = suite_create("numa_dispatch");
     TCase *tc = tcase_create("dispatch");
@@ -234,6 +285,7 @@ static Suite *dispatch_suite(void) {
     tcase_add_test(tc, test_bit_identical_across_splits);
     tcase_add_test(tc, test_many_decode_steps);
     tcase_add_test(tc, test_bad_router_output);
+    tcase_add_test(tc, test_idle_runtime_has_no_spinning_threads);
     suite_add_tcase(s, tc);
     return s;
 }

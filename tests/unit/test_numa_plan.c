@@ -223,6 +223,9 @@ START_TEST(test_plan_nps4_full_model) {
     uint64_t total = m.expert_bytes * 40 * 256 + m.dense_bytes;
     ck_assert_uint_eq(m.expert_bytes, 3145728ull / 128 * 66);
     ck_assert(total > 19300000000ull && total < 19500000000ull);
+    /* §8.2: 2.31 GB per token at int4, of which 8 x 40 experts are 0.52 GB. */
+    uint64_t per_token = m.dense_token_bytes + 8ull * 40 * m.expert_bytes;
+    ck_assert(per_token > 2300000000ull && per_token < 2320000000ull);
     epyq_numa_opts o;
     epyq_numa_opts_init(&o);
     epyq_numa_plan *p = plan(t, &m, &o);
@@ -248,6 +251,8 @@ START_TEST(test_plan_nps4_full_model) {
     for (int32_t g = 0; g < 8; g++) dense += p->groups[g].dense_bytes;
     ck_assert_uint_eq(dense, m.dense_bytes);
     check_no_node_over_memory(p);
+    ck_assert_msg(strstr(p->notes, "dense weights are 78% of the bytes read per token") &&
+                      strstr(p->notes, "replicate-dense"), "%s", p->notes);
 
     /* Same inputs, same plan. */
     epyq_numa_plan *q = plan(t, &m, &o);
