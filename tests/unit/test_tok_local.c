@@ -127,6 +127,14 @@ START_TEST(nfc_and_invalid_utf8) {
     EXPECT("\xE2\x82" "a", 0xEF, 0xBF, 0xBD, 'a');
     /* a surrogate encoded in UTF-8 is three maximal subparts: three U+FFFD */
     EXPECT("\xED\xA0\x80", 0xEF, 0xBF, 0xBD, 0xEF, 0xBF, 0xBD, 0xEF, 0xBF, 0xBD);
+    /* Unicode 9.0 normalization, as the reference: U+1AC1 (Unicode 14, ccc 230) is a plain
+     * starter, so c U+1AC1 U+0327 is neither reordered nor composed to U+00E7 ... */
+    EXPECT("c\xE1\xAB\x81\xCC\xA7", 'c', 0xE1, 0xAB, 0x81, 0xCC, 0xA7);
+    /* ... and U+11935 U+11930 is not composed to U+11938 (Unicode 13), nor U+11938 touched */
+    EXPECT("\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0", 0xF0, 0x91, 0xA4, 0xB5, 0xF0, 0x91, 0xA4, 0xB0);
+    EXPECT("\xF0\x91\xA4\xB8", 0xF0, 0x91, 0xA4, 0xB8);
+    /* while older marks still compose around it: a U+0301 -> U+00E1, then U+1AC1 as is */
+    EXPECT("a\xCC\x81\xE1\xAB\x81", 0xC3, 0xA1, 0xE1, 0xAB, 0x81);
     /* NUL is ordinary text */
     EXPECT("a\0b", 'a', 0, 'b');
 }
@@ -275,7 +283,7 @@ END_TEST
 START_TEST(nfc_segments_match_whole_text) {
     static const uint32_t pool[] = {'a', 'e', 'A', ' ', '>', 0xE9, 0xC5, 0x301, 0x327, 0x308, 0x344, 0x340, 0x212B, 0x2126,
                                     0x958, 0x93C, 0x915, 0x1100, 0x1161, 0x11A8, 0xAC00, 0x4E2D, 0x3099, 0x304B, 0x0F73,
-                                    0x0F71, 0x11935, 0x11930, 0x1E0A, 0x323, 0x1F600, 0x0B47, 0x0B3E};
+                                    0x0F71, 0x11935, 0x1E0A, 0x323, 0x1F600, 0x0B47, 0x0B3E};
     uint64_t x = 0x2545F4914F6CDD1Dull;
     for (int iter = 0; iter < 3000; iter++) {
         epyq_sbuf in = {0}, out = {0};
