@@ -8,6 +8,7 @@
 
 #include "core/util.h"
 #include "model/model_impl.h"
+#include "model/tensor_f32.h"
 
 void *epyq_model_alloc(size_t n, size_t size) {
     size_t bytes;
@@ -116,12 +117,22 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         free(q), free(z), free(s), free(perm);
         return st;
     }
-    float *f = malloc(nk * sizeof(float));
+    /* 16-bit / 32-bit: rows [row0, row0 + n) of slice `slice` of the tensor, converted in
+     * blocks of rows so a 248k-row lm_head needs no full fp32 copy (exact for BF16) */
+    const epyq_tensor *t = src->w;
+    if (!t) return epyq_err_set(err, EPYQ_E_INTERNAL, "%s: weight not bound", src->module);
+    int64_t rows_per_slice = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
+    size_t base = (size_t)((src->slice * rows_per_slice + src->row0) * src->n_in);
+    enum { BLOCK_ROWS = 256 };
+    float *f = malloc((size_t)BLOCK_ROWS * (size_t)k * sizeof(float));
     dst->bf16 = epyq_model_alloc(nk, sizeof(uint16_t));
     if (!f || !dst->bf16) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
-    if (st == EPYQ_OK) st = epyq_linear_dequant(src, c, f, err);
-    /* exact for BF16 checkpoints; F16/F32 linears are rounded to the kernels' bf16 */
-    for (size_t i = 0; st == EPYQ_OK && i < nk; i++) dst->bf16[i] = epyq_f32_to_bf16(f[i]);
+    for (int32_t r0 = 0; st == EPYQ_OK && r0 < n; r0 += BLOCK_ROWS) {
+        size_t cnt = (size_t)(n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS) * (size_t)k;
+        st = epyq_tensor_read_f32(t, base + (size_t)r0 * k, cnt, f, err);
+        for (size_t i = 0; st == EPYQ_OK && i < cnt; i++) dst->bf16[(size_t)r0 * k + i] = epyq_f32_to_bf16(f[i]);
+    }
+    if (st != EPYQ_OK) epyq_err_prefix(err, "%s: ", src->module);
     free(f);
     return st;
 }

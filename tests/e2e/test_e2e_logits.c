@@ -16,8 +16,12 @@
 static int run(const char *args, char *out, size_t outsz) {
     char cmd[8192], path[4096];
     char *tmp = epyq_test_tmpdir();
-    snprintf(path, sizeof path, "%s/stdout", tmp);
-    snprintf(cmd, sizeof cmd, "'%s' logits %s > '%s' 2>&1", epyq_test_bin(), args, path);
+    out[0] = '\0';
+    if (snprintf(path, sizeof path, "%s/stdout", tmp) >= (int)sizeof path ||
+        snprintf(cmd, sizeof cmd, "'%s' logits %s > '%s' 2>&1", epyq_test_bin(), args, path) >= (int)sizeof cmd) {
+        free(tmp);
+        return -1;
+    }
     int rc = system(cmd);
     out[0] = '\0';
     FILE *f = fopen(path, "r");
@@ -76,8 +80,8 @@ START_TEST(test_fixture_ct) {
     char *tmp = epyq_test_tmpdir();
     for (int ref = 0; ref < 2; ref++) {
         snprintf(file, sizeof file, "%s/logits%d.f32", tmp, ref);
-        snprintf(args, sizeof args, "-m '%s' --ids %s -n %d --mtp -t 2 -o '%s'%s", dir, ids, ng - 1, file,
-                 ref ? " --ref" : "");
+        ck_assert(snprintf(args, sizeof args, "-m '%s' --ids %s -n %d --mtp -t 2 -o '%s'%s", dir, ids, ng - 1,
+                           file, ref ? " --ref" : "") < (int)sizeof args);
         ck_assert_msg(run(args, out, sizeof out) == 0, "%s", out);
         ck_assert(strstr(out, "\"drafts\": [53, 153]"));
         float *got = read_all(file, (size_t)rows * V);
