@@ -3,6 +3,7 @@
  * G = 8, every decoder must give W[n][k] = U[n][k] - 8), plus g_idx gathers and Quark's
  * N < 8 padding. No fixtures needed: the tensors are built in memory. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
