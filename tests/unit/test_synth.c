@@ -406,6 +406,15 @@ START_TEST(test_cli) {
     char *p = epyq_path_join(dir, "m/quantize_config.json");
     ck_assert_int_eq(access(p, R_OK), 0);
     free(p);
+    /* --tokenizer copies the file and the tokenizer_config.json beside it */
+    snprintf(args, sizeof args, "-o '%s/n' --layers 1 --experts 8 --vocab 2048 --tokenizer '%s/m/tokenizer.json'", dir, dir);
+    ck_assert_int_eq(run(args), 0);
+    char *m = epyq_path_join(dir, "m"), *n = epyq_path_join(dir, "n");
+    ck_assert(same_file(m, n, "tokenizer.json"));
+    ck_assert(same_file(m, n, "tokenizer_config.json"));
+    snprintf(args, sizeof args, "-o '%s/n' --tokenizer '%s/missing.json'", dir, dir);
+    ck_assert_int_eq(run(args), 1);
+    free(m), free(n);
     rm_dir(dir);
 }
 END_TEST
