@@ -87,7 +87,7 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
             return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
                                 "%s: group size %d differs from the model's other int4 linears (%d)",
                                 src->module, gs, m->gs);
-        m->gs = gs;
+        if (!m->gs) m->gs = gs;
         size_t ng = nk / (size_t)gs;
         uint8_t *q = malloc(nk), *z = malloc(ng);
         float *s = malloc(ng * sizeof(float));

@@ -24,6 +24,36 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
     return epyq_tensor_read_f32(t, 0, n, *dst, err);
 }
 
+static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w *mw, int32_t e,
+                               epyq_err *err) {
+    TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
+    TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
+    TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
+    /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
+    const epyq_rlin *g = &mr->gate[e], *u = &mr->up[e], *d = &mr->down[e];
+    if (g->q4 != u->q4 || g->q4 != d->q4 || g->n != u->n || d->k != g->n || g->q4 != mr->gate[0].q4)
+        return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                            "%s: experts mix int4 and 16-bit or disagree on the intermediate size",
+                            mw->gate[e].module);
+    return EPYQ_OK;
+}
+
+/* Packing 256 experts per layer dominates load time; experts are independent. Each task
+ * reports into its own error slot. Safe in parallel once an int4 expert 0 has set m->gs:
+ * epyq_rlin_load then only reads it. */
+typedef struct {
+    epyq_model *m;
+    epyq_moe_rw *mr;
+    const epyq_moe_w *mw;
+    epyq_err *errs; /* [E] */
+} expert_job;
+
+static void expert_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    expert_job *j = ctx;
+    load_expert(j->m, j->mr, j->mw, task + 1, &j->errs[task + 1]);
+}
+
 static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer_w *lw,
                               epyq_err *err) {
     ly->full = lw->full_attn;
@@ -58,17 +88,20 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
     ly->m.down = calloc((size_t)m->E, sizeof(epyq_rlin));
     if (!ly->m.gate || !ly->m.up || !ly->m.down)
         return epyq_err_set(err, EPYQ_E_NOMEM, "experts: out of memory");
-    for (int32_t e = 0; e < m->E; e++) {
-        TRY(epyq_rlin_load(m, &ly->m.gate[e], &mw->gate[e], false, err));
-        TRY(epyq_rlin_load(m, &ly->m.up[e], &mw->up[e], false, err));
-        TRY(epyq_rlin_load(m, &ly->m.down[e], &mw->down[e], false, err));
-        /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
-        const epyq_rlin *g = &ly->m.gate[e], *u = &ly->m.up[e], *d = &ly->m.down[e];
-        if (g->q4 != u->q4 || g->q4 != d->q4 || g->n != u->n || d->k != g->n)
-            return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
-                                "%s: gate/up/down of expert %d mix int4 and 16-bit or disagree on the"
-                                " intermediate size", mw->gate[e].module, e);
-    }
+    /* expert 0 first (it fixes the model's int4 group size), then the rest on the pool */
+    TRY(load_expert(m, &ly->m, mw, 0, err));
+    expert_job j = {m, &ly->m, mw, calloc((size_t)m->E, sizeof(epyq_err))};
+    if (!j.errs) return epyq_err_set(err, EPYQ_E_NOMEM, "experts: out of memory");
+    if (ly->m.gate[0].q4) epyq_pool_run(m->pool, expert_task, &j, m->E - 1);
+    else /* a 16-bit expert 0 leaves gs unset: an int4 expert would set it, so stay serial */
+        for (int32_t e = 1; e < m->E; e++) expert_task(&j, e - 1, 0);
+    for (int32_t e = 1; e < m->E; e++)
+        if (j.errs[e].code != EPYQ_OK) {
+            *err = j.errs[e]; /* the lowest failing expert, whatever the thread timing */
+            free(j.errs);
+            return err->code;
+        }
+    free(j.errs);
     TRY(epyq_rlin_load(m, &ly->m.sh_gate, &mw->sh_gate, false, err));
     TRY(epyq_rlin_load(m, &ly->m.sh_up, &mw->sh_up, false, err));
     TRY(epyq_rlin_load(m, &ly->m.sh_down, &mw->sh_down, false, err));
