@@ -1,0 +1,360 @@
+/* tools/cmd_bench.c — `epyq bench`: llama-bench style throughput table.
+ *
+ * Tests (each repeated -r times after one untimed warm-up; t/s reported as mean ± sd):
+ *   ppN     one sequence, N prompt tokens in one forward call (prefill);
+ *   tgN     one sequence, N single-token decode steps from an empty context;
+ *   tgN bB  B sequences decoding together, N steps of B tokens (batch decode throughput).
+ * The read bandwidth of the machine is measured at start with the same thread count, and
+ * every row says how many GB/s of weights it streamed and what fraction of that read figure
+ * it reached:
+ *   tg (B = 1): the bytes one decoded token reads (epyq_model_active_bytes) x tokens/s;
+ *   tg bB:      the same per-step bytes x steps/s — a lower bound, since a batch touches
+ *               more experts than one token;
+ *   pp:         all resident weights x forward calls/s (a 512-token prefill touches
+ *               essentially every expert).
+ * Token ids are synthetic and deterministic; tokenisation and sampling are excluded
+ * (greedy argmax feeds the next decode step, as a real generation would). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "kernels-x86/membw.h"
+#include "model/model.h"
+#include "model/sample.h"
+#include "tools/cmd.h"
+#include "tools/tool_model.h"
+
+#define MAX_LIST 16
+
+typedef enum { OUT_MD, OUT_CSV, OUT_JSON, OUT_JSONL } out_fmt;
+
+typedef struct {
+    const char *dir, *synthetic;
+    int pp[MAX_LIST], n_pp, tg[MAX_LIST], n_tg, thr[MAX_LIST], n_thr, bat[MAX_LIST], n_bat;
+    int reps;
+    bool warmup;
+    out_fmt out;
+    epyq_numpath path;
+    epyq_kv_type kv;
+    size_t membw_bytes;
+} opts;
+
+typedef struct {
+    char model[128], format[16], test[32], isa[24];
+    double size_gib, params_b;
+    int threads, batch, n_prompt, n_gen;
+    double ts_mean, ts_sd, gbps, pct, bw_read;
+} row;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: epyq bench (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
+            "\n"
+            "llama-bench style throughput: prompt processing (ppN), generation (tgN) and batched\n"
+            "decoding (tgN bB), with weight GB/s and the fraction of the read bandwidth measured\n"
+            "at start with the same threads.\n"
+            "\n"
+            "  -m, --model DIR          checkpoint folder\n"
+            "  --synthetic SPEC         35b-a3b[:ct|gptq|quark|awq|bf16] or tiny[:FORMAT]: generated\n"
+            "                           once into $XDG_CACHE_HOME/epyq (default format ct)\n"
+            "  -p, --n-prompt LIST      prompt lengths (default 512; 0 = none)\n"
+            "  -n, --n-gen LIST         generation lengths (default 128; 0 = none)\n"
+            "  -t, --threads LIST       thread counts (default: all allowed CPUs)\n"
+            "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
+            "  -r, --repetitions N      timed repetitions per test (default 5)\n"
+            "  -o, --output FMT         md (default), csv, json or jsonl\n"
+            "  --path a16|a8            int4 expert kernels' numeric path (default a16)\n"
+            "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
+            "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
+            "  --no-warmup              skip the untimed warm-up run\n"
+            "  -h, --help               this text\n"
+            "\n"
+            "GB/s: tg = bytes one decoded token reads x tokens/s; tg bB = the same per-step bytes\n"
+            "x steps/s (a lower bound); pp = all resident weights x forward calls/s.\n");
+}
+
+static int parse_list(const char *what, const char *s, int *out, int *n, int lo) {
+    *n = epyq_parse_int_list(s, out, MAX_LIST);
+    for (int i = 0; i < *n; i++)
+        if (out[i] < lo) *n = -1;
+    if (*n < 1) {
+        fprintf(stderr, "epyq bench: %s: expected a comma-separated list of integers >= %d, got '%s'\n", what, lo, s);
+        return 2;
+    }
+    return -1;
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},      {"synthetic", required_argument, 0, 'S'},
+        {"n-prompt", required_argument, 0, 'p'},   {"n-gen", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'},    {"batch", required_argument, 0, 'b'},
+        {"repetitions", required_argument, 0, 'r'}, {"output", required_argument, 0, 'o'},
+        {"path", required_argument, 0, 'P'},       {"kv-type", required_argument, 0, 'K'},
+        {"membw-mb", required_argument, 0, 'W'},   {"no-warmup", no_argument, 0, 'N'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    o->pp[0] = 512, o->n_pp = 1;
+    o->tg[0] = 128, o->n_tg = 1;
+    o->bat[0] = 1, o->n_bat = 1;
+    o->thr[0] = (int)sysconf(_SC_NPROCESSORS_ONLN), o->n_thr = 1;
+    o->reps = 5;
+    o->warmup = true;
+    o->membw_bytes = (size_t)1024 << 20;
+    int c, rc;
+    char *end;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->dir = optarg; break;
+        case 'S': o->synthetic = optarg; break;
+        case 'p': if ((rc = parse_list("-p", optarg, o->pp, &o->n_pp, 0)) >= 0) return rc; break;
+        case 'n': if ((rc = parse_list("-n", optarg, o->tg, &o->n_tg, 0)) >= 0) return rc; break;
+        case 't': if ((rc = parse_list("-t", optarg, o->thr, &o->n_thr, 1)) >= 0) return rc; break;
+        case 'b': if ((rc = parse_list("-b", optarg, o->bat, &o->n_bat, 1)) >= 0) return rc; break;
+        case 'r':
+        case 'W': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 1000000) return fprintf(stderr, "epyq bench: bad number '%s'\n", optarg), 2;
+            if (c == 'r') o->reps = (int)v;
+            else o->membw_bytes = (size_t)v << 20;
+            break;
+        }
+        case 'o':
+            if (!strcmp(optarg, "md")) o->out = OUT_MD;
+            else if (!strcmp(optarg, "csv")) o->out = OUT_CSV;
+            else if (!strcmp(optarg, "json")) o->out = OUT_JSON;
+            else if (!strcmp(optarg, "jsonl")) o->out = OUT_JSONL;
+            else return fprintf(stderr, "epyq bench: -o: expected md|csv|json|jsonl, got '%s'\n", optarg), 2;
+            break;
+        case 'P':
+            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
+            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
+            else return fprintf(stderr, "epyq bench: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            break;
+        case 'K':
+            if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
+            else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
+            else return fprintf(stderr, "epyq bench: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
+            break;
+        case 'N': o->warmup = false; break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "epyq bench: bad option (try --help)\n"); return 2;
+        }
+    }
+    if (optind < argc) return fprintf(stderr, "epyq bench: unexpected argument '%s'\n", argv[optind]), 2;
+    if (!o->dir == !o->synthetic)
+        return fprintf(stderr, "epyq bench: give exactly one of -m DIR or --synthetic SHAPE[:FORMAT]\n"), 2;
+    return -1;
+}
+
+/* Deterministic token ids away from the special-token region at the top of the vocabulary. */
+static int32_t synth_token(uint32_t i, int32_t vocab) {
+    uint32_t span = vocab > 2048 ? (uint32_t)vocab - 2048 : (uint32_t)vocab / 2;
+    return (int32_t)(((i + 1) * 2654435761u >> 7) % span);
+}
+
+typedef struct {
+    epyq_model *m;
+    const opts *o;
+    int32_t V;
+    epyq_seq **seqs;     /* [max batch] */
+    int32_t *tok;        /* [max(pp, batch)] */
+    epyq_seq **bseq;     /* [max(pp, batch)] */
+    float *logits;       /* [max batch][V] */
+} bench_ctx;
+
+/* One timed prefill of n tokens; returns seconds or < 0 with err set. */
+static double run_pp(bench_ctx *c, int n, epyq_err *err) {
+    epyq_seq *s = c->seqs[0];
+    epyq_seq_reset(s);
+    for (int i = 0; i < n; i++) c->tok[i] = synth_token((uint32_t)i, c->V), c->bseq[i] = s;
+    uint8_t *want = calloc((size_t)n, 1);
+    if (!want) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"), -1;
+    want[n - 1] = 1;
+    epyq_batch b = {n, c->bseq, c->tok, want};
+    double t0 = epyq_now();
+    epyq_status st = epyq_model_forward(c->m, &b, c->logits, NULL, err);
+    double dt = epyq_now() - t0;
+    free(want);
+    return st == EPYQ_OK ? dt : -1;
+}
+
+/* One timed run of n decode steps over B sequences (each starts from one prompt token). */
+static double run_tg(bench_ctx *c, int n, int B, epyq_err *err) {
+    for (int j = 0; j < B; j++) {
+        epyq_seq_reset(c->seqs[j]);
+        c->bseq[j] = c->seqs[j];
+        c->tok[j] = synth_token((uint32_t)(1000 + j), c->V);
+    }
+    epyq_batch b = {B, c->bseq, c->tok, NULL};
+    double t0 = epyq_now();
+    for (int step = 0; step < n; step++) {
+        if (epyq_model_forward(c->m, &b, c->logits, NULL, err) != EPYQ_OK) return -1;
+        for (int j = 0; j < B; j++) c->tok[j] = epyq_argmax(c->logits + (size_t)j * c->V, c->V);
+    }
+    return epyq_now() - t0;
+}
+
+static void stats(const double *v, int n, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int i = 0; i < n; i++) s += v[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+static void print_header(out_fmt f) {
+    if (f == OUT_MD) {
+        printf("| model | format | size | params | isa | threads | numa | test | t/s | GB/s | %% read bw |\n");
+        printf("| --- | --- | ---: | ---: | --- | ---: | --- | --- | ---: | ---: | ---: |\n");
+    } else if (f == OUT_CSV) {
+        printf("model,format,size_gib,params_b,isa,threads,numa,test,n_prompt,n_gen,n_batch,avg_ts,stddev_ts,"
+               "gbps,read_gbps,pct_read_bw\n");
+    } else if (f == OUT_JSON) {
+        printf("[\n");
+    }
+}
+
+static void print_row(out_fmt f, const row *r, bool first) {
+    if (f == OUT_MD) {
+        char size[32], params[32];
+        if (r->size_gib >= 1.0) snprintf(size, sizeof size, "%.2f GiB", r->size_gib);
+        else snprintf(size, sizeof size, "%.2f MiB", r->size_gib * 1024.0);
+        if (r->params_b >= 1.0) snprintf(params, sizeof params, "%.2f B", r->params_b);
+        else snprintf(params, sizeof params, "%.2f M", r->params_b * 1000.0);
+        printf("| %s | %s | %s | %s | %s | %d | off | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
+               r->format, size, params, r->isa, r->threads, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
+    } else if (f == OUT_CSV) {
+        printf("%s,%s,%.3f,%.3f,%s,%d,off,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
+               r->params_b, r->isa, r->threads, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
+               r->gbps, r->bw_read, r->pct);
+    } else {
+        printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", "
+               "\"threads\": %d, \"numa\": \"off\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+               "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
+               "\"pct_read_bw\": %.2f}%s",
+               f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b, r->isa,
+               r->threads, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read,
+               r->pct, f == OUT_JSONL ? "\n" : "");
+    }
+    fflush(stdout);
+}
+
+/* Every test for one thread count. */
+static epyq_status bench_threads(const opts *o, const char *dir, int threads, const epyq_weights_stats *ws,
+                                 uint64_t params, const char *fmt_name, bool *first, epyq_err *err) {
+    double bw = epyq_membw_read_gbps(o->membw_bytes, threads);
+    if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
+    epyq_model_opts mo = {.path = o->path, .n_threads = threads, .skip_mtp = true};
+    bench_ctx c = {.o = o};
+    epyq_status st = epyq_model_load(&c.m, dir, &mo, err);
+    if (st != EPYQ_OK) return st;
+    c.V = epyq_model_config(c.m)->vocab_size;
+    int max_pp = 1, max_b = 1, max_tg = 1;
+    for (int i = 0; i < o->n_pp; i++) max_pp = o->pp[i] > max_pp ? o->pp[i] : max_pp;
+    for (int i = 0; i < o->n_bat; i++) max_b = o->bat[i] > max_b ? o->bat[i] : max_b;
+    for (int i = 0; i < o->n_tg; i++) max_tg = o->tg[i] > max_tg ? o->tg[i] : max_tg;
+    int ntok = max_pp > max_b ? max_pp : max_b;
+    c.seqs = calloc((size_t)max_b, sizeof *c.seqs);
+    c.bseq = calloc((size_t)ntok, sizeof *c.bseq);
+    c.tok = calloc((size_t)ntok, sizeof *c.tok);
+    c.logits = malloc((size_t)max_b * c.V * sizeof(float));
+    double *samples = calloc((size_t)o->reps, sizeof(double));
+    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2;
+    for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
+
+    row r = {0};
+    const char *base = strrchr(dir, '/');
+    snprintf(r.model, sizeof r.model, "%s", base && base[1] ? base + 1 : dir);
+    snprintf(r.format, sizeof r.format, "%s", fmt_name);
+    snprintf(r.isa, sizeof r.isa, "%s", epyq_kern()->name);
+    r.size_gib = (double)ws->resident_bytes / (1024.0 * 1024 * 1024);
+    r.params_b = (double)params / 1e9;
+    r.threads = threads;
+    r.bw_read = bw;
+    uint64_t tok_bytes = epyq_model_active_bytes(c.m);
+
+    for (int i = 0; st == EPYQ_OK && i < o->n_pp; i++) {
+        int n = o->pp[i];
+        if (n == 0) continue;
+        if (o->warmup && run_pp(&c, n, err) < 0) st = err->code;
+        for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
+            double dt = run_pp(&c, n, err);
+            if (dt < 0) st = err->code;
+            else samples[k] = n / dt;
+        }
+        if (st != EPYQ_OK) break;
+        stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
+        snprintf(r.test, sizeof r.test, "pp%d", n);
+        r.n_prompt = n, r.n_gen = 0, r.batch = 1;
+        r.gbps = (double)ws->resident_bytes * (r.ts_mean / n) / 1e9;
+        r.pct = 100.0 * r.gbps / bw;
+        print_row(o->out, &r, *first);
+        *first = false;
+    }
+    for (int i = 0; st == EPYQ_OK && i < o->n_tg; i++) {
+        for (int bi = 0; st == EPYQ_OK && bi < o->n_bat; bi++) {
+            int n = o->tg[i], B = o->bat[bi];
+            if (n == 0) continue;
+            if (o->warmup && run_tg(&c, n < 8 ? n : 8, B, err) < 0) st = err->code;
+            for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
+                double dt = run_tg(&c, n, B, err);
+                if (dt < 0) st = err->code;
+                else samples[k] = (double)n * B / dt;
+            }
+            if (st != EPYQ_OK) break;
+            stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
+            if (B == 1) snprintf(r.test, sizeof r.test, "tg%d", n);
+            else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
+            r.n_prompt = 0, r.n_gen = n, r.batch = B;
+            r.gbps = (double)tok_bytes * (r.ts_mean / B) / 1e9;
+            r.pct = 100.0 * r.gbps / bw;
+            print_row(o->out, &r, *first);
+            *first = false;
+        }
+    }
+    for (int j = 0; c.seqs && j < max_b; j++) epyq_seq_free(c.seqs[j]);
+    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples);
+    epyq_model_free(c.m);
+    return st;
+}
+
+int epyq_cmd_bench(int argc, char **argv) {
+    opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    epyq_err err = {0};
+    char *dir = NULL;
+    epyq_weights *w = NULL;
+    epyq_status st = epyq_kern_init(&err);
+    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    epyq_bind_opts bo = {.skip_mtp = true};
+    if (st == EPYQ_OK) st = epyq_weights_bind(&w, dir, &bo, &err);
+    if (st == EPYQ_OK) {
+        epyq_weights_stats ws;
+        epyq_weights_stats_get(w, &ws);
+        uint64_t params = 0;
+        for (int k = 0; k < EPYQ_MK_COUNT; k++) params += ws.kind[k].params;
+        params += (uint64_t)w->cfg.vocab_size * (uint64_t)w->cfg.hidden_size; /* embedding */
+        const char *fmt = epyq_qformat_name(w->cfg.qformat);
+        epyq_weights_free(w);
+        w = NULL;
+        bool first = true;
+        print_header(o.out);
+        for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
+            st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &err);
+        if (o.out == OUT_JSON) printf("\n]\n");
+    }
+    epyq_weights_free(w);
+    free(dir);
+    if (st != EPYQ_OK) {
+        fprintf(stderr, "epyq: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,112 @@
+/* tools/tool_model.c — see tool_model.h. */
+#include "tools/tool_model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "synth/synth.h"
+
+char *epyq_tool_cache_root(void) {
+    const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    char buf[4096];
+    if (x && *x) snprintf(buf, sizeof buf, "%s/epyq", x);
+    else snprintf(buf, sizeof buf, "%s/.cache/epyq", h && *h ? h : "/tmp");
+    return strdup(buf);
+}
+
+typedef struct {
+    double t0, last;
+} progress;
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total) {
+    progress *p = ctx;
+    double now = epyq_now();
+    if (now - p->last < 0.2 && done < total) return;
+    p->last = now;
+    double dt = now - p->t0 > 1e-6 ? now - p->t0 : 1e-6;
+    fprintf(stderr, "\rgenerating synthetic model: %6.2f / %.2f GB  %5.0f MB/s  %3.0f%%", done / 1e9,
+            total / 1e9, done / dt / 1e6, total ? 100.0 * (double)done / (double)total : 100.0);
+    if (done >= total) fputc('\n', stderr);
+}
+
+static bool is_dir(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* A failed generation leaves a flat folder of shards: remove it so no 18 GB orphan stays. */
+static void remove_flat_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *f = epyq_path_join(path, e->d_name);
+        if (f) unlink(f);
+        free(f);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static epyq_status synth_into_cache(const char *spec, char **out, epyq_err *err) {
+    char shape[64], fmt[32] = "ct";
+    const char *colon = strchr(spec, ':');
+    size_t sl = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (sl == 0 || sl >= sizeof shape)
+        return epyq_err_set(err, EPYQ_E_ARG, "--synthetic '%s': expected SHAPE[:FORMAT], e.g. 35b-a3b:ct", spec);
+    memcpy(shape, spec, sl);
+    shape[sl] = '\0';
+    if (colon) snprintf(fmt, sizeof fmt, "%s", colon + 1);
+    int f = epyq_synth_format_parse(fmt);
+    if (f < 0)
+        return epyq_err_set(err, EPYQ_E_ARG, "--synthetic '%s': format '%s' is not bf16|gptq|ct|quark|awq", spec, fmt);
+    epyq_synth_opts o = {.format = (epyq_synth_format)f, .seed = 1};
+    epyq_status st = epyq_synth_dims_init(&o.dims, shape, 0, 0, 0, err);
+    if (st != EPYQ_OK) return epyq_err_prefix(err, "--synthetic '%s': ", spec);
+
+    char *root = epyq_tool_cache_root();
+    char final[4096], tmp[4200];
+    snprintf(final, sizeof final, "%s/%s-%s", root ? root : "/tmp", shape, fmt);
+    snprintf(tmp, sizeof tmp, "%s.partial-%d", final, (int)getpid());
+    if (is_dir(final)) {
+        free(root);
+        *out = strdup(final);
+        return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    }
+    st = root ? epyq_mkdir_p(root, err) : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    free(root);
+    if (st != EPYQ_OK) return st;
+    progress p = {epyq_now(), 0};
+    o.out_dir = tmp;
+    if (isatty(2)) {
+        o.progress = on_progress;
+        o.progress_ctx = &p;
+    }
+    fprintf(stderr, "epyq: generating synthetic %s (%s) into %s (once)\n", shape, fmt, final);
+    epyq_synth_stats ss;
+    st = epyq_synth_write(&o, &ss, err);
+    if (st == EPYQ_OK && rename(tmp, final) != 0 && !is_dir(final))
+        st = epyq_err_set(err, EPYQ_E_IO, "%s: cannot rename to %s: %s", tmp, final, strerror(errno));
+    if (st != EPYQ_OK) {
+        remove_flat_dir(tmp);
+        return st;
+    }
+    *out = strdup(final);
+    return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+}
+
+epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **out, epyq_err *err) {
+    *out = NULL;
+    if (!!dir == !!synthetic)
+        return epyq_err_set(err, EPYQ_E_ARG, "give exactly one of -m DIR or --synthetic SHAPE[:FORMAT]");
+    if (synthetic) return synth_into_cache(synthetic, out, err);
+    *out = strdup(dir);
+    return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+}

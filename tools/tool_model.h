@@ -1,0 +1,21 @@
+/* tools/tool_model.h — what every model-running tool shares: where the checkpoint comes from.
+ *
+ * Promise: epyq_tool_model_dir() turns `-m DIR` or `--synthetic SHAPE[:FORMAT]` into a checkpoint
+ * folder. A synthetic model is generated once by epyq synth into $XDG_CACHE_HOME/epyq
+ * (default ~/.cache/epyq) under <shape>-<format>; generation writes to a temporary folder and
+ * renames it when complete, so an interrupted run never leaves a half model that looks whole.
+ * Progress goes to stderr on a TTY only. */
+#ifndef EPYQ_TOOL_MODEL_H
+#define EPYQ_TOOL_MODEL_H
+
+#include <stdbool.h>
+
+#include "core/status.h"
+
+/* Exactly one of dir / synthetic must be non-NULL. *out is malloc'd. */
+epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **out, epyq_err *err);
+
+/* The cache root ($XDG_CACHE_HOME/epyq or $HOME/.cache/epyq), malloc'd. */
+char *epyq_tool_cache_root(void);
+
+#endif
