@@ -4,7 +4,8 @@
  *   epyq_bf16_gemm_avx2      x rounded to bf16 in-register, W widened, FMA (no VDPBF16PS)
  *   epyq_bf16_gemm_f32_avx2  fp32-exact variant
  *   epyq_attn_bf16[_multi]_avx2, epyq_gdn_step_avx2, epyq_stream_read_avx2
- * GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16 ymm). Ragged k
+ * GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16 ymm; 8 rows x 1
+ * token for a GEMV, to keep 8 weight streams in flight). Ragged k
  * tails (k % 8) go through a zero-padded 8-lane copy. Attention needs hd % 8 == 0 and the
  * GDN step dv % 8 == 0; other shapes are served by the ref twins. */
 #include <immintrin.h>
@@ -16,6 +17,7 @@
 enum { MODE_ROUND, MODE_F32 };
 #define TILE_R 4
 #define TILE_T 2
+#define GEMV_R 8 /* rows per tile for one token: 8 concurrent weight streams */
 
 #define INLINE static inline __attribute__((always_inline))
 /* Tile loops have compile-time trip counts after inlining; -O2 does not always unroll them,
@@ -50,7 +52,7 @@ INLINE float hmax(__m256 v) {
 }
 
 /* One 8-lane step of the tile at k offset i; w8/x8 point at 8 readable values. */
-INLINE void gemm_step(__m256 acc[TILE_R][TILE_T], const uint16_t *const w8[TILE_R],
+INLINE void gemm_step(__m256 acc[GEMV_R][TILE_T], const uint16_t *const w8[GEMV_R],
                       const float *const x8[TILE_T], const int R, const int T, const int mode) {
     __m256 xf[TILE_T];
     UNROLL
@@ -68,12 +70,12 @@ INLINE void gemm_step(__m256 acc[TILE_R][TILE_T], const uint16_t *const w8[TILE_
 
 INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
                       size_t ldy, const int R, const int T, const int mode) {
-    __m256 acc[TILE_R][TILE_T];
+    __m256 acc[GEMV_R][TILE_T];
     UNROLL
     for (int r = 0; r < R; r++)
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    const uint16_t *wp[TILE_R];
+    const uint16_t *wp[GEMV_R];
     const float *xp[TILE_T];
     size_t i = 0;
     for (; i + 8 <= k; i += 8) {
@@ -84,7 +86,7 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
         gemm_step(acc, wp, xp, R, T, mode);
     }
     if (i < k) {
-        uint16_t wt[TILE_R][8] = {{0}};
+        uint16_t wt[GEMV_R][8] = {{0}};
         float xt[TILE_T][8] = {{0}};
         UNROLL
         for (int r = 0; r < R; r++) {
@@ -109,6 +111,9 @@ INLINE void gemm(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epy
     const size_t kk = (size_t)k, ld = (size_t)ldy;
     const int32_t m = x->m;
     int32_t j = n0;
+    if (m == 1)
+        for (; j + GEMV_R <= n1; j += GEMV_R)
+            gemm_tile(w + (size_t)j * kk, kk, x->f32, kk, y + j, ld, GEMV_R, 1, mode);
     for (; j + TILE_R <= n1; j += TILE_R) {
         int32_t t = 0;
         for (; t + TILE_T <= m; t += TILE_T)
@@ -322,23 +327,24 @@ void epyq_gdn_step_avx2(float *S, const float *k, const float *v, const float *q
     }
 }
 
+/* 8 interleaved streams, as in dense_avx512.c (see the reason there). */
+#define READ_STREAMS 8
+
 double epyq_stream_read_avx2(const float *buf, size_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
-           a7 = a0;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(buf + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(buf + i + 8));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(buf + i + 16));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(buf + i + 24));
-        a4 = _mm256_add_ps(a4, _mm256_loadu_ps(buf + i + 32));
-        a5 = _mm256_add_ps(a5, _mm256_loadu_ps(buf + i + 40));
-        a6 = _mm256_add_ps(a6, _mm256_loadu_ps(buf + i + 48));
-        a7 = _mm256_add_ps(a7, _mm256_loadu_ps(buf + i + 56));
+    __m256 a[READ_STREAMS];
+    UNROLL
+    for (int s = 0; s < READ_STREAMS; s++) a[s] = _mm256_setzero_ps();
+    const size_t per = n / READ_STREAMS / 16 * 16; /* floats per stream, whole cache lines */
+    for (size_t i = 0; i < per; i += 16) {
+        UNROLL
+        for (int s = 0; s < READ_STREAMS; s++) {
+            const float *p = buf + (size_t)s * per + i;
+            a[s] = _mm256_add_ps(a[s], _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)));
+        }
     }
     double tail = 0.0;
-    for (; i < n; i++) tail += buf[i];
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    return (double)hsum(a0) + tail;
+    for (size_t i = per * READ_STREAMS; i < n; i++) tail += buf[i];
+    UNROLL
+    for (int s = 1; s < READ_STREAMS; s++) a[0] = _mm256_add_ps(a[0], a[s]);
+    return (double)hsum(a[0]) + tail;
 }
