@@ -5,7 +5,8 @@
  * order), each first-touching its own slice so pages sit on its NUMA node. Every kernel
  * figure in benchmarks/ and `epyq bench` is quoted as a fraction of the read figure.
  *   READ : sum of every float with the dispatch table's stream_read (AVX-512 loads on the
- *          avx512 tables) — the access pattern of a weight-streaming GEMV; bytes = buffer.
+ *          avx512 tables, 8 interleaved sequential streams per thread: the most a thread
+ *          can read, which is what a weight-streaming GEMV should reach); bytes = buffer.
  *   COPY : b[i] = a[i];           bytes = 2 x array (STREAM convention: write-allocate
  *   TRIAD: a[i] = b[i] + s c[i];  bytes = 3 x array   traffic is not counted)
  * The buffer is split into equal arrays (1 for READ, 2 for COPY, 3 for TRIAD). */
