@@ -1,0 +1,196 @@
+/* tools/cmd_run.c — `epyq run`: one-shot generation to stdout.
+ * The prompt is used as raw text (no BOS: Qwen adds none) or, with --chat, rendered through the
+ * checkpoint's chat template as one user turn with the generation prompt. Generated text streams
+ * to stdout; a one-line summary goes to stderr. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/util.h"
+#include "tok/chat.h"
+#include "tools/cmd.h"
+#include "tools/gen.h"
+#include "tools/tool_model.h"
+
+static volatile sig_atomic_t g_cancel;
+static void on_sigint(int sig) {
+    (void)sig;
+    g_cancel = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: epyq run (-m DIR | --synthetic SHAPE[:FORMAT]) (-p TEXT | -f FILE) [options]\n"
+            "\n"
+            "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
+            "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
+            "  -p, --prompt TEXT      prompt text\n"
+            "  -f, --file FILE        read the prompt from FILE\n"
+            "  -n, --n-predict N      tokens to generate (default 128)\n"
+            "  --chat                 render the prompt as a user turn with the chat template\n"
+            "  --no-think             with --chat: enable_thinking = false\n"
+            "  -c, --ctx-size N       context (default: prompt + n + 16)\n"
+            "  -t, --threads N        threads (default: all allowed CPUs)\n"
+            "  -s, --seed N           sampling seed (default 0)\n"
+            "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
+            "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+            "  --path a16|a8          int4 expert kernels' numeric path\n"
+            "  -h, --help             this text\n");
+}
+
+static void print_text(void *ctx, const char *text, size_t len) {
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+typedef struct {
+    const char *dir, *synthetic, *prompt, *file;
+    int n_predict, ctx, threads;
+    bool chat, no_think;
+    epyq_numpath path;
+    /* sampling overrides: NAN / -1 = keep generation_config's */
+    double temp, top_p, min_p, rep, pres;
+    long top_k;
+    unsigned long long seed;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN };
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},  {"synthetic", required_argument, 0, O_SYN},
+        {"prompt", required_argument, 0, 'p'}, {"file", required_argument, 0, 'f'},
+        {"n-predict", required_argument, 0, 'n'}, {"chat", no_argument, 0, O_CHAT},
+        {"no-think", no_argument, 0, O_NOTHINK}, {"ctx-size", required_argument, 0, 'c'},
+        {"threads", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
+        {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
+        {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
+        {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    o->n_predict = 128;
+    o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
+    o->top_k = -1;
+    int c;
+    char *end;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:s:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->dir = optarg; break;
+        case O_SYN: o->synthetic = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->file = optarg; break;
+        case O_CHAT: o->chat = true; break;
+        case O_NOTHINK: o->no_think = true; break;
+        case 'n': case 'c': case 't': case O_TOPK: {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 0 || v > 1 << 28) return fprintf(stderr, "epyq run: bad number '%s'\n", optarg), 2;
+            if (c == 'n') o->n_predict = (int)v;
+            else if (c == 'c') o->ctx = (int)v;
+            else if (c == 't') o->threads = (int)v;
+            else o->top_k = v;
+            break;
+        }
+        case 's': o->seed = strtoull(optarg, &end, 10); if (*end) return fprintf(stderr, "epyq run: bad seed '%s'\n", optarg), 2; break;
+        case O_TEMP: case O_TOPP: case O_MINP: case O_REP: case O_PRES: {
+            double v = strtod(optarg, &end);
+            if (*end || v < 0) return fprintf(stderr, "epyq run: bad value '%s'\n", optarg), 2;
+            *(c == O_TEMP ? &o->temp : c == O_TOPP ? &o->top_p : c == O_MINP ? &o->min_p : c == O_REP ? &o->rep : &o->pres) = v;
+            break;
+        }
+        case O_PATH:
+            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
+            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
+            else return fprintf(stderr, "epyq run: --path: expected a16 or a8\n"), 2;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "epyq run: bad option (try --help)\n"); return 2;
+        }
+    }
+    if (optind < argc) return fprintf(stderr, "epyq run: unexpected argument '%s'\n", argv[optind]), 2;
+    if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq run: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
+    if (!o->prompt == !o->file) return fprintf(stderr, "epyq run: give exactly one of -p TEXT or -f FILE\n"), 2;
+    return -1;
+}
+
+/* The text the model sees: raw, or the chat template over one user message. */
+static epyq_status build_prompt(const opts *o, const char *dir, const char *text, char **out, epyq_err *err) {
+    if (!o->chat) {
+        *out = strdup(text);
+        return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    }
+    epyq_chat *chat = NULL;
+    epyq_status st = epyq_chat_load(&chat, dir, err);
+    if (st != EPYQ_OK) return st;
+    cJSON *msgs = cJSON_CreateArray(), *m = cJSON_CreateObject(), *kw = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "user");
+    cJSON_AddStringToObject(m, "content", text);
+    cJSON_AddItemToArray(msgs, m);
+    cJSON_AddBoolToObject(kw, "add_generation_prompt", 1);
+    cJSON_AddBoolToObject(kw, "enable_thinking", !o->no_think);
+    size_t len;
+    st = epyq_chat_render(chat, msgs, kw, out, &len, err);
+    cJSON_Delete(msgs);
+    cJSON_Delete(kw);
+    epyq_chat_free(chat);
+    return st;
+}
+
+int epyq_cmd_run(int argc, char **argv) {
+    opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    epyq_err err = {0};
+    char *dir = NULL, *file_text = NULL, *prompt = NULL;
+    epyq_tok *tok = NULL;
+    epyq_model *m = NULL;
+    epyq_gen g = {0};
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    epyq_status st = epyq_kern_init(&err);
+    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st == EPYQ_OK && o.file) st = epyq_file_read(o.file, (size_t)1 << 30, &file_text, NULL, &err);
+    if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
+    if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
+    if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
+    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
+    if (st == EPYQ_OK) st = epyq_model_load(&m, dir, &mo, &err);
+    if (st == EPYQ_OK) {
+        const epyq_config *cfg = epyq_model_config(m);
+        epyq_sample_params sp;
+        epyq_sample_defaults(&sp, cfg);
+        if (o.temp >= 0) sp.temperature = (float)o.temp;
+        if (o.top_k >= 0) sp.top_k = (int32_t)o.top_k;
+        if (o.top_p >= 0) sp.top_p = (float)o.top_p;
+        if (o.min_p >= 0) sp.min_p = (float)o.min_p;
+        if (o.rep >= 0) sp.repetition_penalty = (float)o.rep;
+        if (o.pres >= 0) sp.presence_penalty = (float)o.pres;
+        sp.seed = o.seed;
+        int64_t want = o.ctx ? o.ctx : (int64_t)n_ids + o.n_predict + 16;
+        if (want > cfg->max_position_embeddings) want = cfg->max_position_embeddings;
+        if ((int64_t)n_ids > want)
+            st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %lld (-c)", n_ids,
+                              (long long)want);
+        if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, (int32_t)want, &sp, &err);
+    }
+    epyq_gen_stats gs = {0};
+    if (st == EPYQ_OK) {
+        signal(SIGINT, on_sigint);
+        st = epyq_gen_generate(&g, ids, n_ids, o.n_predict, &g_cancel, print_text, NULL, NULL, &gs, &err);
+        signal(SIGINT, SIG_DFL);
+        fputc('\n', stdout);
+        fprintf(stderr, "[ prompt %d tokens, %.2f t/s | generation %d tokens, %.2f t/s | finish: %s ]\n",
+                gs.n_prompt, gs.t_prompt > 0 ? gs.n_prompt / gs.t_prompt : 0.0, gs.n_gen,
+                gs.t_gen > 0 ? gs.n_gen / gs.t_gen : 0.0, epyq_finish_name(gs.finish));
+    }
+    if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
+    epyq_gen_free(&g);
+    epyq_model_free(m);
+    epyq_tok_free(tok);
+    free(ids), free(prompt), free(file_text), free(dir);
+    if (st != EPYQ_OK) return 1;
+    return gs.finish == EPYQ_FINISH_CANCEL ? 130 : 0;
+}

@@ -1,0 +1,116 @@
+/* tools/gen.c — see gen.h. */
+#include "tools/gen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+
+const char *epyq_finish_name(epyq_finish f) {
+    switch (f) {
+    case EPYQ_FINISH_STOP: return "stop";
+    case EPYQ_FINISH_LENGTH: return "length";
+    case EPYQ_FINISH_CTX: return "context";
+    case EPYQ_FINISH_CANCEL: return "cancelled";
+    }
+    return "?";
+}
+
+epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
+                          const epyq_sample_params *sp, epyq_err *err) {
+    memset(g, 0, sizeof *g);
+    g->model = m;
+    g->tok = t;
+    g->sp = *sp;
+    g->chunk = 256;
+    return epyq_seq_create(&g->seq, m, n_ctx, EPYQ_KV_BF16, err);
+}
+
+void epyq_gen_free(epyq_gen *g) {
+    epyq_seq_free(g->seq);
+    g->seq = NULL;
+}
+
+/* Forward n tokens of the sequence; logits of the last one into `logits`. */
+static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logits, epyq_err *err) {
+    epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    uint8_t *want = calloc((size_t)n, 1);
+    if (!seqs || !want) {
+        free(seqs), free(want);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < n; i++) seqs[i] = g->seq;
+    want[n - 1] = 1;
+    epyq_batch b = {n, seqs, ids, want};
+    epyq_status st = epyq_model_forward(g->model, &b, logits, NULL, err);
+    free(seqs), free(want);
+    return st;
+}
+
+epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int32_t max_new,
+                              volatile sig_atomic_t *cancel,
+                              void (*on_text)(void *ctx, const char *text, size_t len), void *ctx,
+                              int32_t *gen_ids, epyq_gen_stats *stats, epyq_err *err) {
+    const epyq_config *cfg = epyq_model_config(g->model);
+    int32_t V = cfg->vocab_size;
+    memset(stats, 0, sizeof *stats);
+    if (n_ids == 0) return epyq_err_set(err, EPYQ_E_ARG, "empty prompt");
+    int32_t pos = epyq_seq_pos(g->seq), ctx_len = epyq_seq_ctx(g->seq);
+    if ((int64_t)pos + (int64_t)n_ids > ctx_len)
+        return epyq_err_set(err, EPYQ_E_CTX_FULL,
+                            "prompt of %zu tokens does not fit: %d of %d context positions are used",
+                            n_ids, pos, ctx_len);
+    float *logits = malloc((size_t)V * sizeof(float));
+    epyq_sampler *smp = NULL;
+    epyq_tok_stream *ts = epyq_tok_stream_new(g->tok, true);
+    epyq_status st = EPYQ_OK;
+    if (!logits || !ts) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    if (st == EPYQ_OK) st = epyq_sampler_create(&smp, &g->sp, V, err);
+    for (size_t i = 0; st == EPYQ_OK && i < n_ids; i++) epyq_sampler_accept(smp, ids[i], false);
+
+    double t0 = epyq_now();
+    for (size_t i = 0; st == EPYQ_OK && i < n_ids; i += (size_t)g->chunk) {
+        int32_t n = (int32_t)(n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk);
+        st = feed(g, ids + i, n, logits, err);
+        if (cancel && *cancel) break;
+    }
+    stats->n_prompt = (int32_t)n_ids;
+    stats->t_prompt = epyq_now() - t0;
+    stats->finish = EPYQ_FINISH_LENGTH;
+    t0 = epyq_now();
+    for (int32_t k = 0; st == EPYQ_OK && k < max_new; k++) {
+        if (cancel && *cancel) {
+            stats->finish = EPYQ_FINISH_CANCEL;
+            break;
+        }
+        int32_t tok = epyq_sampler_sample(smp, logits);
+        epyq_sampler_accept(smp, tok, true);
+        if (gen_ids) gen_ids[k] = tok;
+        stats->n_gen++;
+        if (epyq_is_eos(cfg, tok)) {
+            stats->finish = EPYQ_FINISH_STOP;
+            break;
+        }
+        char *piece = NULL;
+        st = epyq_tok_stream_push(ts, tok, &piece, err);
+        if (st == EPYQ_OK && piece && *piece && on_text) on_text(ctx, piece, strlen(piece));
+        free(piece);
+        if (st != EPYQ_OK) break;
+        if (epyq_seq_pos(g->seq) >= ctx_len) {
+            stats->finish = EPYQ_FINISH_CTX;
+            break;
+        }
+        if (k + 1 < max_new) st = feed(g, &tok, 1, logits, err);
+    }
+    if (st == EPYQ_OK) {
+        char *rest = NULL;
+        st = epyq_tok_stream_finish(ts, &rest, err);
+        if (st == EPYQ_OK && rest && *rest && on_text) on_text(ctx, rest, strlen(rest));
+        free(rest);
+    }
+    stats->t_gen = epyq_now() - t0;
+    epyq_tok_stream_free(ts);
+    epyq_sampler_free(smp);
+    free(logits);
+    return st;
+}

@@ -1,0 +1,50 @@
+/* tools/gen.h — one sequence's generation loop, shared by `epyq run` and `epyq chat`.
+ *
+ * Promise: epyq_gen_generate() prefills the prompt ids (in chunks of at most `chunk` tokens),
+ * then samples up to max_new tokens with the session's sampler, stopping at an eos id, at the
+ * context end, or when *cancel becomes non-zero (checked before every token: Ctrl-C stops at
+ * the next token boundary). Every generated token's text goes to on_text as soon as it forms
+ * complete UTF-8 (streaming decoder; special tokens are not printed). Afterwards the sequence
+ * holds the prompt and every generated token except the last one sampled (which was never fed
+ * back), so a caller that continues the conversation feeds that token first. */
+#ifndef EPYQ_TOOLS_GEN_H
+#define EPYQ_TOOLS_GEN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "model/sample.h"
+#include "tok/tokenizer.h"
+
+typedef struct {
+    epyq_model *model;       /* not owned */
+    const epyq_tok *tok;     /* not owned */
+    epyq_seq *seq;           /* owned */
+    epyq_sample_params sp;
+    int32_t chunk;           /* prefill chunk (tokens per forward call) */
+} epyq_gen;
+
+typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;
+const char *epyq_finish_name(epyq_finish f); /* "stop", "length", "context", "cancelled" */
+
+typedef struct {
+    int32_t n_prompt, n_gen;
+    double t_prompt, t_gen;  /* seconds */
+    epyq_finish finish;
+} epyq_gen_stats;
+
+epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
+                          const epyq_sample_params *sp, epyq_err *err);
+void epyq_gen_free(epyq_gen *g);
+
+/* on_text(ctx, text, len) gets every printable piece; gen_ids (may be NULL) receives the generated
+ * ids (room for max_new). */
+epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int32_t max_new,
+                              volatile sig_atomic_t *cancel,
+                              void (*on_text)(void *ctx, const char *text, size_t len), void *ctx,
+                              int32_t *gen_ids, epyq_gen_stats *st, epyq_err *err);
+
+#endif
