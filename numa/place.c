@@ -5,6 +5,7 @@
 #include <numa.h>
 #include <numaif.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,5 +249,43 @@ epyq_status epyq_numa_rt_create(epyq_numa_rt **out, const epyq_numa_plan *plan, 
         rt->n_groups = g + 1;
     }
     *out = rt;
+    return EPYQ_OK;
+}
+
+/* ---- one-call setup ------------------------------------------------------------------------ */
+
+void epyq_numa_setup_free(epyq_numa_setup *s) {
+    if (!s) return;
+    epyq_numa_rt_free(s->rt);
+    epyq_numa_plan_free(s->plan);
+    epyq_topo_free(s->topo);
+    free(s);
+}
+
+epyq_status epyq_numa_setup_create(epyq_numa_setup **out, const epyq_numa_model *model, const epyq_numa_opts *opts,
+                                   FILE *log, epyq_err *err) {
+    *out = NULL;
+    epyq_numa_setup *s = calloc(1, sizeof *s);
+    if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "numa setup: out of memory");
+    epyq_numa_opts o = *opts;
+    if (o.mode == EPYQ_NUMA_ISOLATE && o.home_cpu < 0) o.home_cpu = sched_getcpu();
+    epyq_status st = epyq_topo_load(&s->topo, NULL, err);
+    if (st == EPYQ_OK) st = epyq_numa_plan_make(s->topo, model, &o, &s->plan, err);
+    if (st == EPYQ_OK && log) {
+        epyq_numa_plan_print(log, s->plan);
+        char warn[1024];
+        if (s->plan->bind_memory && epyq_numa_sys_check(NULL, warn, sizeof warn)) {
+            /* One "warning:" line per finding. */
+            char *save = NULL;
+            for (char *line = strtok_r(warn, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+                fprintf(log, "warning: %s\n", line);
+        }
+    }
+    if (st == EPYQ_OK) st = epyq_numa_rt_create(&s->rt, s->plan, err);
+    if (st != EPYQ_OK) {
+        epyq_numa_setup_free(s);
+        return st;
+    }
+    *out = s;
     return EPYQ_OK;
 }

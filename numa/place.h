@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/status.h"
 #include "numa/plan.h"
@@ -82,5 +83,18 @@ typedef struct {
 
 epyq_status epyq_numa_rt_create(epyq_numa_rt **out, const epyq_numa_plan *plan, epyq_err *err);
 void epyq_numa_rt_free(epyq_numa_rt *rt);
+
+/* What a program does at load, in one call: this machine's topology, the plan for model and
+ * opts (isolate picks the caller's node), the plan table and any kernel-setting warnings on
+ * log (NULL = quiet), then the pools. Call it from the thread that will drive the pools. */
+typedef struct {
+    epyq_topo *topo;
+    epyq_numa_plan *plan;
+    epyq_numa_rt *rt;
+} epyq_numa_setup;
+
+epyq_status epyq_numa_setup_create(epyq_numa_setup **out, const epyq_numa_model *model, const epyq_numa_opts *opts,
+                                   FILE *log, epyq_err *err);
+void epyq_numa_setup_free(epyq_numa_setup *s);
 
 #endif

@@ -239,6 +239,39 @@ START_TEST(test_rt_pools_from_plans) {
 }
 END_TEST
 
+START_TEST(test_setup_in_one_call) {
+    epyq_numa_model m = {.name = "tiny", .n_layers = 2, .n_experts = 8, .top_k = 2, .expert_bytes = 4096,
+                         .dense_bytes = 4096};
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.split = 2;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *log = open_memstream(&text, &len);
+    epyq_numa_setup *s = NULL;
+    epyq_err err = {0};
+    ck_assert_msg(epyq_numa_setup_create(&s, &m, &o, log, &err) == EPYQ_OK, "%s", err.msg);
+    fclose(log);
+    ck_assert_msg(strstr(text, "NUMA plan: mode distribute") && strstr(text, "split 2 of this machine"), "%s", text);
+    ck_assert_int_eq(s->rt->n_groups, 2);
+    free(text);
+    epyq_numa_setup_free(s);
+
+    o.split = 0;
+    o.nodes = "7";
+    ck_assert_int_eq(epyq_numa_setup_create(&s, &m, &o, NULL, &err), EPYQ_E_NUMA);
+    ck_assert_ptr_null(s);
+    ck_assert(strstr(err.msg, "node 7"));
+
+    /* isolate: the node of the calling thread. */
+    o.nodes = NULL;
+    o.mode = EPYQ_NUMA_ISOLATE;
+    ck_assert_msg(epyq_numa_setup_create(&s, &m, &o, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_int_eq(s->plan->n_groups, 1);
+    epyq_numa_setup_free(s);
+}
+END_TEST
+
 static Suite *place_suite(void) {
     Suite *s = suite_create("numa_place");
     TCase *tc = tcase_create("place");
@@ -249,6 +282,7 @@ static Suite *place_suite(void) {
     tcase_add_test(tc, test_bad_nodes);
     tcase_add_test(tc, test_sys_check);
     tcase_add_test(tc, test_rt_pools_from_plans);
+    tcase_add_test(tc, test_setup_in_one_call);
     suite_add_tcase(s, tc);
     return s;
 }
