@@ -1,0 +1,119 @@
+/* tools/batch_req.c — see batch_req.h. */
+#include "tools/batch_req.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fail(epyq_batch_req *r, const char *code, const char *msg) {
+    snprintf(r->err_code, sizeof r->err_code, "%s", code);
+    snprintf(r->err_msg, sizeof r->err_msg, "%s", msg);
+}
+
+/* A number field in [lo, hi]; absent leaves *out. False (and the error) when present but bad. */
+static bool num_field(epyq_batch_req *r, const cJSON *body, const char *name, double lo, double hi, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
+    if (!v || cJSON_IsNull(v)) return true;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi) {
+        char m[160];
+        snprintf(m, sizeof m, "body.%s must be a number in [%g, %g]", name, lo, hi);
+        fail(r, "invalid_value", m);
+        return false;
+    }
+    *out = v->valuedouble;
+    return true;
+}
+
+static void parse_body(epyq_batch_req *r, const cJSON *body) {
+    double d;
+    if (r->chat) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(body, "messages");
+        if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+            return fail(r, "invalid_request", "body.messages must be a non-empty array");
+        for (const cJSON *e = m->child; e; e = e->next) {
+            const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+            if (!cJSON_IsObject(e) || !cJSON_IsString(role))
+                return fail(r, "invalid_request", "every message must be an object with a string role");
+        }
+        r->messages = cJSON_Duplicate(m, 1);
+        r->kwargs = cJSON_CreateObject();
+        const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
+        if (kw && !cJSON_IsObject(kw)) return fail(r, "invalid_request", "body.chat_template_kwargs must be an object");
+        for (const cJSON *e = kw ? kw->child : NULL; e; e = e->next)
+            cJSON_AddItemToObject(r->kwargs, e->string, cJSON_Duplicate(e, 1));
+        if (!cJSON_GetObjectItemCaseSensitive(r->kwargs, "add_generation_prompt"))
+            cJSON_AddBoolToObject(r->kwargs, "add_generation_prompt", 1);
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
+        if (cJSON_IsArray(tools)) cJSON_AddItemToObject(r->kwargs, "tools", cJSON_Duplicate(tools, 1));
+        if (!r->messages || !r->kwargs) return fail(r, "server_error", "out of memory");
+    } else {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
+        if (!cJSON_IsString(p)) return fail(r, "invalid_request", "prompt must be a string");
+        r->prompt = strdup(p->valuestring);
+    }
+    d = r->max_tokens;
+    if (!num_field(r, body, "max_tokens", 1, 1 << 20, &d)) return;
+    if (!num_field(r, body, "max_completion_tokens", 1, 1 << 20, &d)) return;
+    r->max_tokens = (int32_t)d;
+    if (!num_field(r, body, "temperature", 0, 100, &r->temperature)) return;
+    if (!num_field(r, body, "top_p", 0, 1, &r->top_p)) return;
+    if (!num_field(r, body, "min_p", 0, 1, &r->min_p)) return;
+    if (!num_field(r, body, "presence_penalty", -2, 2, &r->presence_penalty)) return;
+    if (!num_field(r, body, "repetition_penalty", 0.01, 100, &r->repetition_penalty)) return;
+    d = -1;
+    if (!num_field(r, body, "top_k", -1, 1 << 30, &d)) return;
+    r->top_k = (int32_t)d;
+    d = 0;
+    if (!num_field(r, body, "seed", 0, 9007199254740992.0, &d)) return;
+    r->seed = (uint64_t)d;
+}
+
+void epyq_batch_req_parse(epyq_batch_req *r, const char *line, int64_t line_no) {
+    memset(r, 0, sizeof *r);
+    r->max_tokens = 256;
+    r->temperature = r->top_p = r->min_p = r->presence_penalty = r->repetition_penalty = -1;
+    r->top_k = -1;
+    char id[48];
+    snprintf(id, sizeof id, "line:%lld", (long long)line_no);
+    cJSON *j = cJSON_ParseWithOpts(line, NULL, 1);
+    if (!j || !cJSON_IsObject(j)) {
+        r->custom_id = strdup(id);
+        fail(r, "invalid_json", j ? "the line is JSON but not an object" : "the line is not valid JSON");
+        cJSON_Delete(j);
+        return;
+    }
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+    r->custom_id = strdup(cJSON_IsString(cid) && *cid->valuestring ? cid->valuestring : id);
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
+    if (url || body) {
+        const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");
+        if (method && (!cJSON_IsString(method) || strcmp(method->valuestring, "POST") != 0))
+            fail(r, "invalid_request", "method must be POST");
+        else if (!cJSON_IsString(url))
+            fail(r, "invalid_request", "url must be /v1/chat/completions or /v1/completions");
+        else if (!strcmp(url->valuestring, "/v1/chat/completions"))
+            r->chat = true;
+        else if (strcmp(url->valuestring, "/v1/completions") != 0)
+            fail(r, "invalid_url", "url must be /v1/chat/completions or /v1/completions");
+        if (!r->err_code[0] && !cJSON_IsObject(body)) fail(r, "invalid_request", "body must be an object");
+        if (!r->err_code[0]) parse_body(r, body);
+    } else if (cJSON_GetObjectItemCaseSensitive(j, "prompt")) {
+        parse_body(r, j);
+    } else if (cJSON_GetObjectItemCaseSensitive(j, "messages")) {
+        r->chat = true;
+        parse_body(r, j);
+    } else {
+        fail(r, "invalid_request", "expected {custom_id, method, url, body} or {\"prompt\": ...}");
+    }
+    cJSON_Delete(j);
+}
+
+void epyq_batch_req_free(epyq_batch_req *r) {
+    free(r->custom_id);
+    free(r->prompt);
+    cJSON_Delete(r->messages);
+    cJSON_Delete(r->kwargs);
+    memset(r, 0, sizeof *r);
+}

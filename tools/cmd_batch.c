@@ -1,0 +1,571 @@
+/* tools/cmd_batch.c — `epyq batch`: an OpenAI-style JSONL batch job with continuous batching.
+ *
+ * Up to --max-batch requests run together: every forward call carries the next prompt chunk of
+ * the requests still prefilling and one decode token of every other running request, so new
+ * requests are admitted as soon as others finish. Results are written in input order as soon as
+ * a contiguous prefix is done, one complete line per write, then fsync'd — a killed job loses no
+ * finished result that was written. --resume reads the output, drops a partial last line, skips
+ * every custom_id already there and appends; since a request's tokens depend only on its own
+ * prompt, parameters and seed (the runtime's per-token results do not depend on the batch), the
+ * resumed file equals the uninterrupted one. Records carry no timing fields for that reason.
+ * A malformed or invalid line gets an error record (custom_id, or line:N) and the job goes on.
+ * Exit status: 0 all succeeded, 2 some line failed, 130 SIGINT, 143 SIGTERM, 1 fatal. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/util.h"
+#include "model/model.h"
+#include "model/sample.h"
+#include "tok/chat.h"
+#include "tok/reasoning.h"
+#include "tok/sbuf.h"
+#include "tok/tokenizer.h"
+#include "tools/batch_req.h"
+#include "tools/cmd.h"
+#include "tools/tool_model.h"
+
+static volatile sig_atomic_t g_stop; /* signal number that asked us to stop */
+static void on_signal(int sig) { g_stop = sig; }
+
+typedef struct {
+    const char *dir, *synthetic, *in, *out;
+    int max_batch, ctx, threads, chunk;
+    bool resume;
+    epyq_numpath path;
+} opts;
+
+typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED } job_state;
+
+typedef struct {
+    epyq_batch_req req;
+    int64_t line_no;
+    job_state state;
+    bool failed;
+    char *record;           /* finished output line without '\n' */
+    char *prompt_text;      /* what the model saw (chat: rendered template) */
+    int32_t *ids;           /* [n_ids] prompt ids */
+    size_t n_ids, fed;      /* prompt tokens fed so far */
+    int32_t max_new, n_gen, last_tok;
+    const char *finish;
+    epyq_seq *seq;
+    epyq_sampler *smp;
+    epyq_tok_stream *ts;
+    epyq_sbuf text;         /* generated text */
+} job;
+
+typedef struct {
+    const opts *o;
+    epyq_model *m;
+    epyq_tok *tok;
+    epyq_chat *chat;        /* NULL if the checkpoint has no template */
+    const epyq_config *cfg;
+    char model_name[128];
+    int32_t ctx_limit;
+    job *jobs;
+    size_t n_jobs, next_admit, next_write, n_active;
+    int out_fd;
+    size_t n_failed, n_done, n_todo;
+    uint64_t gen_tokens;
+    double t0, last_progress;
+} batch;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: epyq batch (-m DIR | --synthetic SPEC) -i in.jsonl -o out.jsonl [options]\n"
+            "\n"
+            "Input lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" |\n"
+            "\"/v1/completions\", \"body\": {messages | prompt, max_tokens, temperature, top_p, top_k,\n"
+            "min_p, presence_penalty, repetition_penalty, seed, chat_template_kwargs}} or {\"prompt\": ...}.\n"
+            "Output lines (input order): {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\",\n"
+            "\"body\"}, \"error\"}. Bad lines get an error record and the job goes on.\n"
+            "\n"
+            "  -m, --model DIR       checkpoint folder (with tokenizer files)\n"
+            "  --synthetic SPEC      generated model, e.g. tiny:ct\n"
+            "  -i, --input FILE      requests, one JSON object per line\n"
+            "  -o, --output FILE     results (appended with --resume)\n"
+            "  --max-batch N         requests decoded together (default 8)\n"
+            "  -c, --ctx-size N      per-request context limit (default 4096, at most the model's)\n"
+            "  --chunk N             prompt tokens per forward call over all requests (default 512)\n"
+            "  --resume              skip custom_ids already in the output, append the rest\n"
+            "  -t, --threads N       threads (default: all allowed CPUs)\n"
+            "  --path a16|a8         int4 expert kernels' numeric path\n"
+            "  -h, --help            this text\n"
+            "\n"
+            "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
+            "results are on disk; rerun with --resume), 1 fatal error.\n");
+}
+
+static int parse(int argc, char **argv, opts *o) {
+    enum { OPT_SYN = 256, OPT_MAXB, OPT_RESUME, OPT_PATH, OPT_CHUNK };
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'},   {"synthetic", required_argument, 0, OPT_SYN},
+        {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
+        {"max-batch", required_argument, 0, OPT_MAXB}, {"ctx-size", required_argument, 0, 'c'},
+        {"chunk", required_argument, 0, OPT_CHUNK}, {"resume", no_argument, 0, OPT_RESUME},
+        {"threads", required_argument, 0, 't'}, {"path", required_argument, 0, OPT_PATH},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    o->max_batch = 8;
+    o->ctx = 4096;
+    o->chunk = 512;
+    int c;
+    char *end;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:i:o:c:t:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->dir = optarg; break;
+        case OPT_SYN: o->synthetic = optarg; break;
+        case 'i': o->in = optarg; break;
+        case 'o': o->out = optarg; break;
+        case OPT_RESUME: o->resume = true; break;
+        case OPT_MAXB: case 'c': case 't': case OPT_CHUNK: {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < (c == 't' ? 0 : 1) || v > 1 << 24)
+                return fprintf(stderr, "epyq batch: bad number '%s'\n", optarg), 2;
+            *(c == OPT_MAXB ? &o->max_batch : c == 'c' ? &o->ctx : c == 't' ? &o->threads : &o->chunk) = (int)v;
+            break;
+        }
+        case OPT_PATH:
+            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
+            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
+            else return fprintf(stderr, "epyq batch: --path: expected a16 or a8\n"), 2;
+            break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "epyq batch: bad option (try --help)\n"); return 2;
+        }
+    }
+    if (optind < argc) return fprintf(stderr, "epyq batch: unexpected argument '%s'\n", argv[optind]), 2;
+    if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq batch: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
+    if (!o->in || !o->out) return fprintf(stderr, "epyq batch: -i FILE and -o FILE are required\n"), 2;
+    return -1;
+}
+
+/* ---- output records -------------------------------------------------------------------- */
+
+static char *record_error(const job *j, const char *code, const char *msg) {
+    cJSON *r = cJSON_CreateObject(), *resp = cJSON_CreateObject(), *e = cJSON_CreateObject();
+    char buf[64];
+    snprintf(buf, sizeof buf, "batch_req_%lld", (long long)j->line_no);
+    cJSON_AddStringToObject(r, "id", buf);
+    cJSON_AddStringToObject(r, "custom_id", j->req.custom_id ? j->req.custom_id : "");
+    cJSON_AddNumberToObject(resp, "status_code", 400);
+    snprintf(buf, sizeof buf, "req_%lld", (long long)j->line_no);
+    cJSON_AddStringToObject(resp, "request_id", buf);
+    cJSON_AddNullToObject(resp, "body");
+    cJSON_AddItemToObject(r, "response", resp);
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddItemToObject(r, "error", e);
+    char *s = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+static char *record_ok(const batch *b, const job *j) {
+    cJSON *r = cJSON_CreateObject(), *resp = cJSON_CreateObject(), *body = cJSON_CreateObject();
+    cJSON *choices = cJSON_CreateArray(), *ch = cJSON_CreateObject(), *usage = cJSON_CreateObject();
+    char buf[64];
+    snprintf(buf, sizeof buf, "batch_req_%lld", (long long)j->line_no);
+    cJSON_AddStringToObject(r, "id", buf);
+    cJSON_AddStringToObject(r, "custom_id", j->req.custom_id);
+    cJSON_AddNumberToObject(resp, "status_code", 200);
+    snprintf(buf, sizeof buf, "req_%lld", (long long)j->line_no);
+    cJSON_AddStringToObject(resp, "request_id", buf);
+    snprintf(buf, sizeof buf, "%s-%lld", j->req.chat ? "chatcmpl" : "cmpl", (long long)j->line_no);
+    cJSON_AddStringToObject(body, "id", buf);
+    cJSON_AddStringToObject(body, "object", j->req.chat ? "chat.completion" : "text_completion");
+    cJSON_AddStringToObject(body, "model", b->model_name);
+    cJSON_AddNumberToObject(ch, "index", 0);
+    const char *text = j->text.p ? j->text.p : "";
+    if (j->req.chat) {
+        /* split reasoning from the answer as vLLM's qwen3 parser does */
+        epyq_reasoning *rp = epyq_reasoning_new(epyq_chat_prompt_opens_think(j->prompt_text, strlen(j->prompt_text)));
+        epyq_sbuf rs = {0}, cs = {0};
+        epyq_err err;
+        cJSON *msg = cJSON_CreateObject();
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        if (rp && epyq_reasoning_push(rp, text, strlen(text), &rs, &cs, &err) == EPYQ_OK &&
+            epyq_reasoning_finish(rp, &rs, &cs, &err) == EPYQ_OK) {
+            cJSON_AddStringToObject(msg, "content", cs.p ? cs.p : "");
+            if (rs.len) cJSON_AddStringToObject(msg, "reasoning_content", rs.p);
+        } else {
+            cJSON_AddStringToObject(msg, "content", text);
+        }
+        epyq_sbuf_free(&rs), epyq_sbuf_free(&cs);
+        epyq_reasoning_free(rp);
+        cJSON_AddItemToObject(ch, "message", msg);
+    } else {
+        cJSON_AddStringToObject(ch, "text", text);
+    }
+    cJSON_AddStringToObject(ch, "finish_reason", j->finish);
+    cJSON_AddItemToArray(choices, ch);
+    cJSON_AddItemToObject(body, "choices", choices);
+    cJSON_AddNumberToObject(usage, "prompt_tokens", (double)j->n_ids);
+    cJSON_AddNumberToObject(usage, "completion_tokens", j->n_gen);
+    cJSON_AddNumberToObject(usage, "total_tokens", (double)j->n_ids + j->n_gen);
+    cJSON_AddItemToObject(body, "usage", usage);
+    cJSON_AddItemToObject(resp, "body", body);
+    cJSON_AddItemToObject(r, "response", resp);
+    cJSON_AddNullToObject(r, "error");
+    char *s = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    return s;
+}
+
+/* Write every finished record of the contiguous prefix, then fsync once. */
+static epyq_status flush_prefix(batch *b, epyq_err *err) {
+    bool wrote = false;
+    while (b->next_write < b->n_jobs) {
+        job *j = &b->jobs[b->next_write];
+        if (j->state == JOB_SKIPPED) {
+            b->next_write++;
+            continue;
+        }
+        if (j->state != JOB_DONE) break;
+        if (!j->record) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory building a record");
+        size_t n = strlen(j->record);
+        j->record[n] = '\n'; /* cJSON allocated n + 1 bytes: reuse the terminator slot */
+        const char *p = j->record;
+        size_t left = n + 1;
+        while (left) {
+            ssize_t w = write(b->out_fd, p, left);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) return epyq_err_set(err, EPYQ_E_IO, "%s: write failed: %s", b->o->out, strerror(errno));
+            p += w, left -= (size_t)w;
+        }
+        free(j->record);
+        j->record = NULL;
+        b->next_write++;
+        wrote = true;
+    }
+    if (wrote && fsync(b->out_fd) != 0)
+        return epyq_err_set(err, EPYQ_E_IO, "%s: fsync failed: %s", b->o->out, strerror(errno));
+    return EPYQ_OK;
+}
+
+/* ---- the job table --------------------------------------------------------------------- */
+
+static void job_release(job *j) {
+    epyq_seq_free(j->seq);
+    epyq_sampler_free(j->smp);
+    epyq_tok_stream_free(j->ts);
+    free(j->ids);
+    j->seq = NULL, j->smp = NULL, j->ts = NULL, j->ids = NULL;
+}
+
+static void job_finish_error(batch *b, job *j, const char *code, const char *msg) {
+    j->record = record_error(j, code, msg);
+    j->state = JOB_DONE;
+    j->failed = true;
+    b->n_failed++;
+    b->n_done++;
+    job_release(j);
+}
+
+static void job_finish_ok(batch *b, job *j, const char *finish) {
+    j->finish = finish;
+    char *rest = NULL;
+    epyq_err err;
+    if (epyq_tok_stream_finish(j->ts, &rest, &err) == EPYQ_OK && rest) epyq_sbuf_adds(&j->text, rest);
+    free(rest);
+    j->record = record_ok(b, j);
+    j->state = JOB_DONE;
+    b->n_done++;
+    if (b->n_active) b->n_active--;
+    job_release(j);
+    epyq_sbuf_free(&j->text);
+}
+
+/* Render, tokenise, size the context and create the sequence; an invalid request finishes
+ * here with its error record. Returns a fatal status only for out-of-memory. */
+static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
+    if (j->req.err_code[0]) {
+        job_finish_error(b, j, j->req.err_code, j->req.err_msg);
+        return EPYQ_OK;
+    }
+    epyq_err e = {0};
+    epyq_status st;
+    size_t len;
+    if (j->req.chat) {
+        if (!b->chat) {
+            job_finish_error(b, j, "invalid_request", "this checkpoint has no chat template: use /v1/completions");
+            return EPYQ_OK;
+        }
+        st = epyq_chat_render(b->chat, j->req.messages, j->req.kwargs, &j->prompt_text, &len, &e);
+        if (st != EPYQ_OK) {
+            job_finish_error(b, j, "invalid_request", e.msg);
+            return EPYQ_OK;
+        }
+    } else {
+        j->prompt_text = strdup(j->req.prompt);
+        if (!j->prompt_text) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    }
+    st = epyq_tok_encode(b->tok, j->prompt_text, strlen(j->prompt_text), &j->ids, &j->n_ids, &e);
+    if (st != EPYQ_OK || j->n_ids == 0) {
+        job_finish_error(b, j, "invalid_request", st != EPYQ_OK ? e.msg : "the prompt is empty");
+        return EPYQ_OK;
+    }
+    if (j->n_ids >= (size_t)b->ctx_limit) {
+        char m[160];
+        snprintf(m, sizeof m, "the prompt has %zu tokens; the context limit is %d (-c), leaving no room to generate",
+                 j->n_ids, b->ctx_limit);
+        job_finish_error(b, j, "context_length_exceeded", m);
+        return EPYQ_OK;
+    }
+    j->max_new = j->req.max_tokens;
+    if ((int64_t)j->n_ids + j->max_new > b->ctx_limit) j->max_new = b->ctx_limit - (int32_t)j->n_ids;
+    epyq_sample_params sp;
+    epyq_sample_defaults(&sp, b->cfg);
+    if (j->req.temperature >= 0) sp.temperature = (float)j->req.temperature;
+    if (j->req.top_p >= 0) sp.top_p = (float)j->req.top_p;
+    if (j->req.min_p >= 0) sp.min_p = (float)j->req.min_p;
+    if (j->req.top_k >= 0) sp.top_k = j->req.top_k;
+    if (j->req.presence_penalty >= 0) sp.presence_penalty = (float)j->req.presence_penalty;
+    if (j->req.repetition_penalty >= 0) sp.repetition_penalty = (float)j->req.repetition_penalty;
+    sp.seed = j->req.seed;
+    if ((st = epyq_seq_create(&j->seq, b->m, (int32_t)j->n_ids + j->max_new, EPYQ_KV_BF16, err)) != EPYQ_OK) return st;
+    if ((st = epyq_sampler_create(&j->smp, &sp, b->cfg->vocab_size, err)) != EPYQ_OK) return st;
+    j->ts = epyq_tok_stream_new(b->tok, true);
+    if (!j->ts) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < j->n_ids; i++) epyq_sampler_accept(j->smp, j->ids[i], false);
+    j->state = JOB_RUNNING;
+    b->n_active++;
+    return EPYQ_OK;
+}
+
+/* One forward call over every running job; then sample for each job whose last fed token was
+ * wanted. */
+static epyq_status step(batch *b, epyq_err *err) {
+    size_t cap = (size_t)b->o->chunk + (size_t)b->o->max_batch;
+    epyq_seq **seqs = malloc(cap * sizeof *seqs);
+    int32_t *toks = malloc(cap * sizeof *toks);
+    uint8_t *want = calloc(cap, 1);
+    job **owner = malloc(cap * sizeof *owner);
+    float *logits = NULL;
+    epyq_status st = EPYQ_OK;
+    if (!seqs || !toks || !want || !owner) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    size_t n = 0, n_want = 0, budget = (size_t)b->o->chunk;
+    for (size_t i = b->next_write; st == EPYQ_OK && i < b->next_admit; i++) {
+        job *j = &b->jobs[i];
+        if (j->state != JOB_RUNNING) continue;
+        if (j->fed < j->n_ids) {
+            if (budget == 0) continue; /* its prompt continues next step */
+            size_t take = j->n_ids - j->fed < budget ? j->n_ids - j->fed : budget;
+            for (size_t k = 0; k < take; k++) seqs[n] = j->seq, toks[n] = j->ids[j->fed + k], owner[n] = j, n++;
+            j->fed += take;
+            budget -= take;
+            if (j->fed == j->n_ids) want[n - 1] = 1, n_want++;
+        } else {
+            seqs[n] = j->seq, toks[n] = j->last_tok, owner[n] = j, want[n] = 1, n++, n_want++;
+        }
+    }
+    int32_t V = b->cfg->vocab_size;
+    if (st == EPYQ_OK && n > 0) {
+        logits = malloc(n_want * (size_t)V * sizeof(float));
+        if (!logits) st = epyq_err_set(err, EPYQ_E_NOMEM, "logits [%zu][%d]: out of memory", n_want, V);
+    }
+    if (st == EPYQ_OK && n > 0) {
+        epyq_batch bt = {(int32_t)n, seqs, toks, want};
+        st = epyq_model_forward(b->m, &bt, logits, NULL, err);
+    }
+    for (size_t i = 0, w = 0; st == EPYQ_OK && i < n; i++) {
+        if (!want[i]) continue;
+        job *j = owner[i];
+        int32_t tok = epyq_sampler_sample(j->smp, logits + (w++) * (size_t)V);
+        epyq_sampler_accept(j->smp, tok, true);
+        j->n_gen++;
+        b->gen_tokens++;
+        if (epyq_is_eos(b->cfg, tok)) {
+            job_finish_ok(b, j, "stop");
+            continue;
+        }
+        char *piece = NULL;
+        if (epyq_tok_stream_push(j->ts, tok, &piece, err) != EPYQ_OK) st = err->code;
+        else if (piece && !epyq_sbuf_adds(&j->text, piece)) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        free(piece);
+        j->last_tok = tok;
+        if (st == EPYQ_OK && j->n_gen >= j->max_new) job_finish_ok(b, j, "length");
+    }
+    free(seqs), free(toks), free(want), free(owner), free(logits);
+    return st;
+}
+
+static void progress(batch *b, bool final) {
+    double now = epyq_now();
+    bool tty = isatty(2);
+    if (!final && now - b->last_progress < (tty ? 0.5 : 10.0)) return;
+    b->last_progress = now;
+    double el = now - b->t0, rate = el > 0 ? b->gen_tokens / el : 0;
+    double eta = b->n_done ? el * (double)(b->n_todo - b->n_done) / (double)b->n_done : 0;
+    fprintf(stderr, "%sbatch: %zu/%zu done, %zu failed, %.1f tokens/s, elapsed %.0fs, ETA %.0fs%s",
+            tty ? "\r" : "", b->n_done, b->n_todo, b->n_failed, rate, el, eta, tty && !final ? "   " : "\n");
+}
+
+/* --resume: truncate a partial last line, return the custom_ids already written. */
+static epyq_status read_done_ids(const char *path, cJSON **ids, epyq_err *err) {
+    *ids = cJSON_CreateObject();
+    char *data = NULL;
+    size_t len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return EPYQ_OK; /* nothing written yet */
+    epyq_status st = epyq_file_read(path, (size_t)1 << 34, &data, &len, err);
+    if (st != EPYQ_OK) return st;
+    size_t keep = len;
+    while (keep > 0 && data[keep - 1] != '\n') keep--;
+    if (keep != len && truncate(path, (off_t)keep) != 0) {
+        free(data);
+        return epyq_err_set(err, EPYQ_E_IO, "%s: cannot drop the partial last line: %s", path, strerror(errno));
+    }
+    size_t line = 1;
+    for (char *p = data, *end; p < data + keep; p = end + 1, line++) {
+        end = memchr(p, '\n', (size_t)(data + keep - p));
+        *end = '\0';
+        cJSON *j = cJSON_Parse(p);
+        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+        if (!cJSON_IsString(cid)) {
+            cJSON_Delete(j);
+            free(data);
+            return epyq_err_set(err, EPYQ_E_FORMAT, "%s:%zu: not an epyq batch record (no custom_id); refusing to resume", path, line);
+        }
+        cJSON *cnt = cJSON_GetObjectItemCaseSensitive(*ids, cid->valuestring);
+        if (cnt) cJSON_SetNumberValue(cnt, cnt->valuedouble + 1);
+        else cJSON_AddNumberToObject(*ids, cid->valuestring, 1);
+        cJSON_Delete(j);
+    }
+    free(data);
+    return EPYQ_OK;
+}
+
+/* Read and parse every input line; mark duplicates and already-finished ones. */
+static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
+    char *data = NULL;
+    size_t len = 0;
+    epyq_status st = epyq_file_read(b->o->in, (size_t)1 << 34, &data, &len, err);
+    if (st != EPYQ_OK) return st;
+    size_t cap = 64;
+    b->jobs = calloc(cap, sizeof *b->jobs);
+    cJSON *seen = cJSON_CreateObject();
+    int64_t line = 0;
+    for (char *p = data; st == EPYQ_OK && p < data + len;) {
+        char *end = memchr(p, '\n', (size_t)(data + len - p));
+        if (!end) end = data + len;
+        *end = '\0';
+        line++;
+        char *q = p;
+        p = end + 1;
+        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+        if (!*q) continue; /* blank lines are not requests */
+        if (b->n_jobs == cap) {
+            job *nj = realloc(b->jobs, 2 * cap * sizeof *nj);
+            if (!nj) { st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"); break; }
+            memset(nj + cap, 0, cap * sizeof *nj);
+            b->jobs = nj, cap *= 2;
+        }
+        job *j = &b->jobs[b->n_jobs++];
+        j->line_no = line;
+        epyq_batch_req_parse(&j->req, q, line);
+        if (!j->req.custom_id) { st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"); break; }
+        if (cJSON_GetObjectItemCaseSensitive(seen, j->req.custom_id)) {
+            if (!j->req.err_code[0]) {
+                snprintf(j->req.err_code, sizeof j->req.err_code, "duplicate_custom_id");
+                snprintf(j->req.err_msg, sizeof j->req.err_msg, "custom_id '%.180s' appears earlier in the input", j->req.custom_id);
+            }
+        } else {
+            cJSON_AddTrueToObject(seen, j->req.custom_id);
+        }
+        /* Records are skipped by occurrence: a duplicated custom_id was written once per line. */
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(done_ids, j->req.custom_id);
+        if (d && d->valuedouble >= 1) {
+            j->state = JOB_SKIPPED;
+            cJSON_SetNumberValue(d, d->valuedouble - 1);
+        }
+    }
+    cJSON_Delete(seen);
+    free(data);
+    return st;
+}
+
+int epyq_cmd_batch(int argc, char **argv) {
+    opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    epyq_err err = {0};
+    batch b = {.o = &o, .out_fd = -1};
+    char *dir = NULL;
+    cJSON *done_ids = NULL;
+    epyq_status st = epyq_kern_init(&err);
+    if (st == EPYQ_OK && !o.resume) {
+        struct stat sb;
+        if (stat(o.out, &sb) == 0 && sb.st_size > 0)
+            st = epyq_err_set(&err, EPYQ_E_ARG, "%s exists and is not empty: use --resume to continue it, or remove it", o.out);
+    }
+    if (st == EPYQ_OK) st = o.resume ? read_done_ids(o.out, &done_ids, &err) : EPYQ_OK;
+    if (st == EPYQ_OK && !done_ids) done_ids = cJSON_CreateObject();
+    if (st == EPYQ_OK) st = load_jobs(&b, done_ids, &err);
+    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st == EPYQ_OK) st = epyq_tok_load(&b.tok, dir, &err);
+    if (st == EPYQ_OK) {
+        epyq_err e2;
+        if (epyq_chat_load(&b.chat, dir, &e2) != EPYQ_OK) b.chat = NULL; /* chat lines will say so */
+    }
+    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
+    if (st == EPYQ_OK) st = epyq_model_load(&b.m, dir, &mo, &err);
+    if (st == EPYQ_OK) {
+        b.cfg = epyq_model_config(b.m);
+        const char *base = strrchr(dir, '/');
+        snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
+        b.ctx_limit = o.ctx < b.cfg->max_position_embeddings ? o.ctx : (int32_t)b.cfg->max_position_embeddings;
+        b.out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (b.out_fd < 0) st = epyq_err_set(&err, EPYQ_E_IO, "%s: cannot open for writing: %s", o.out, strerror(errno));
+    }
+    if (st == EPYQ_OK) {
+        for (size_t i = 0; i < b.n_jobs; i++) b.n_todo += b.jobs[i].state != JOB_SKIPPED;
+        struct sigaction sa = {0};
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        b.t0 = epyq_now();
+        while (st == EPYQ_OK && !g_stop) {
+            while (st == EPYQ_OK && b.n_active < (size_t)o.max_batch && b.next_admit < b.n_jobs) {
+                job *j = &b.jobs[b.next_admit++];
+                if (j->state == JOB_PENDING) st = job_admit(&b, j, &err);
+            }
+            if (st == EPYQ_OK && b.n_active) st = step(&b, &err);
+            if (st == EPYQ_OK) st = flush_prefix(&b, &err);
+            progress(&b, false);
+            if (!b.n_active && b.next_admit >= b.n_jobs) break;
+        }
+        if (st == EPYQ_OK) st = flush_prefix(&b, &err); /* interrupted: the finished prefix only */
+        progress(&b, true);
+    }
+    if (b.out_fd >= 0) close(b.out_fd);
+    for (size_t i = 0; i < b.n_jobs; i++) {
+        job_release(&b.jobs[i]);
+        epyq_batch_req_free(&b.jobs[i].req);
+        free(b.jobs[i].record), free(b.jobs[i].prompt_text);
+        epyq_sbuf_free(&b.jobs[i].text);
+    }
+    free(b.jobs);
+    cJSON_Delete(done_ids);
+    epyq_chat_free(b.chat);
+    epyq_tok_free(b.tok);
+    epyq_model_free(b.m);
+    free(dir);
+    if (st != EPYQ_OK) {
+        fprintf(stderr, "epyq: %s\n", err.msg);
+        return 1;
+    }
+    if (g_stop) {
+        fprintf(stderr, "batch: interrupted; %zu results are on disk, rerun with --resume to finish\n", b.next_write);
+        return g_stop == SIGTERM ? 143 : 130;
+    }
+    return b.n_failed ? 2 : 0;
+}
