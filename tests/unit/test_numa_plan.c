@@ -668,6 +668,41 @@ START_TEST(test_inspect_numa_cli) {
     ck_assert_int_eq(run_cli("--numa=distribute --topology 'pack:2 numa:1(memory=4GiB) core:2 pu:1'", out,
                              sizeof out), 1);
     ck_assert_msg(strstr(out, "epyq: numa plan: node 0 needs"), "%s", out);
+
+    /* An inherited taskset is obeyed: only that CPU is planned, others are refused. */
+    if (stat("/usr/bin/taskset", &sb) != 0) {
+        printf("skip: taskset not installed\n");
+        return;
+    }
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof mask, &mask);
+    int first = -1, last = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mask)) {
+            if (first < 0) first = c;
+            last = c;
+        }
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "/usr/bin/taskset -c %d '%s' inspect --numa 2>&1", last, epyq_test_bin());
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    char want[64];
+    snprintf(want, sizeof want, "1 cores / 1 PUs: %d\n", last);
+    ck_assert_msg(strstr(out, want), "%s", out);
+    if (first != last) {
+        snprintf(cmd, sizeof cmd, "/usr/bin/taskset -c %d '%s' inspect --numa -C %d 2>&1", last, epyq_test_bin(), first);
+        p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        n = fread(out, 1, sizeof out - 1, p);
+        out[n] = '\0';
+        int st = pclose(p);
+        ck_assert_int_eq(WEXITSTATUS(st), 1);
+        snprintf(want, sizeof want, "cpu %d is not available to this process", first);
+        ck_assert_msg(strstr(out, want), "%s", out);
+    }
 }
 END_TEST
 
