@@ -144,20 +144,24 @@ size_t tok_bpe_merge(const tok_pairmap *merges, int32_t *sym, size_t n, int mode
 
 /* ---- word cache ------------------------------------------------------------------------ */
 
+/* One probe touches one 24-byte slot: hash, and where the key and its ids live. */
+typedef struct {
+    uint64_t hash;     /* 0 = empty */
+    uint32_t key_off;  /* key bytes at keys[key_off, key_off + key_len) */
+    uint32_t ids_off;  /* ids at ids[ids_off, ids_off + n_ids) */
+    uint8_t key_len, n_ids;
+} cache_slot_t;
+
 struct tok_cache {
     pthread_mutex_t mu;
-    size_t cap;          /* slots, a power of two */
-    size_t max_entries;  /* cleared wholesale when reached: simple, and a working set of
-                          * ordinary text fits many times over */
+    size_t cap;            /* slots, a power of two */
+    size_t max_entries;    /* cleared wholesale when reached: simple, and a working set of
+                            * ordinary text fits many times over */
     size_t n;
-    uint64_t *hash;      /* [cap] key hash, 0 = empty slot */
-    uint32_t *off;       /* [cap] key offset in keys, ids offset in ids */
-    uint32_t *ids_off;   /* [cap] */
-    uint8_t *key_len;    /* [cap] */
-    uint8_t *n_ids;      /* [cap] */
-    uint8_t *keys;       /* [max_entries * CACHE_KEY_MAX] key bytes */
+    cache_slot_t *slots;   /* [cap] */
+    uint8_t *keys;         /* [max_entries * 16] key bytes */
     size_t keys_len;
-    int32_t *ids;        /* [max_entries * CACHE_KEY_MAX] cached id runs */
+    int32_t *ids;          /* [max_entries * 8] cached id runs */
     size_t ids_len;
 };
 
@@ -168,21 +172,12 @@ tok_cache *tok_cache_new(size_t entries) {
     c->max_entries = entries;
     c->cap = 16;
     while (c->cap < entries * 2) c->cap *= 2;
-    c->hash = calloc(c->cap, sizeof *c->hash);
-    c->off = malloc(c->cap * sizeof *c->off);
-    c->ids_off = malloc(c->cap * sizeof *c->ids_off);
-    c->key_len = malloc(c->cap);
-    c->n_ids = malloc(c->cap);
+    c->slots = calloc(c->cap, sizeof *c->slots);
     /* Average pieces are ~5 bytes; budget 16 bytes and 8 ids per entry, reset when full. */
     c->keys = malloc(entries * 16);
     c->ids = malloc(entries * 8 * sizeof *c->ids);
-    if (!c->hash || !c->off || !c->ids_off || !c->key_len || !c->n_ids || !c->keys || !c->ids ||
-        pthread_mutex_init(&c->mu, NULL) != 0) {
-        free(c->hash);
-        free(c->off);
-        free(c->ids_off);
-        free(c->key_len);
-        free(c->n_ids);
+    if (!c->slots || !c->keys || !c->ids || pthread_mutex_init(&c->mu, NULL) != 0) {
+        free(c->slots);
         free(c->keys);
         free(c->ids);
         free(c);
@@ -194,11 +189,7 @@ tok_cache *tok_cache_new(size_t entries) {
 void tok_cache_free(tok_cache *c) {
     if (!c) return;
     pthread_mutex_destroy(&c->mu);
-    free(c->hash);
-    free(c->off);
-    free(c->ids_off);
-    free(c->key_len);
-    free(c->n_ids);
+    free(c->slots);
     free(c->keys);
     free(c->ids);
     free(c);
@@ -214,16 +205,17 @@ void tok_cache_release(tok_cache *c) {
 }
 
 static void cache_clear(tok_cache *c) {
-    memset(c->hash, 0, c->cap * sizeof *c->hash);
+    memset(c->slots, 0, c->cap * sizeof *c->slots);
     c->n = c->keys_len = c->ids_len = 0;
 }
 
 /* Slot holding key s[0, n) (hash h), or the empty slot where it would go. */
-static size_t cache_slot(const tok_cache *c, uint64_t h, const uint8_t *s, size_t n) {
+static cache_slot_t *cache_slot(const tok_cache *c, uint64_t h, const uint8_t *s, size_t n) {
     size_t mask = c->cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        if (c->hash[i] == 0) return i;
-        if (c->hash[i] == h && c->key_len[i] == n && !memcmp(c->keys + c->off[i], s, n)) return i;
+        cache_slot_t *e = &c->slots[i];
+        if (e->hash == 0) return e;
+        if (e->hash == h && e->key_len == n && !memcmp(c->keys + e->key_off, s, n)) return e;
     }
 }
 
@@ -231,15 +223,12 @@ static void cache_put(tok_cache *c, uint64_t h, const uint8_t *s, size_t n, cons
     if (c->n + 1 > c->max_entries || c->keys_len + n > c->max_entries * 16 ||
         c->ids_len + k > c->max_entries * 8)
         cache_clear(c);
-    size_t i = cache_slot(c, h, s, n);
-    if (c->hash[i]) return;
-    c->hash[i] = h;
-    c->off[i] = (uint32_t)c->keys_len;
-    c->key_len[i] = (uint8_t)n;
+    cache_slot_t *e = cache_slot(c, h, s, n);
+    if (e->hash) return;
+    *e = (cache_slot_t){.hash = h, .key_off = (uint32_t)c->keys_len, .ids_off = (uint32_t)c->ids_len,
+                        .key_len = (uint8_t)n, .n_ids = (uint8_t)k};
     memcpy(c->keys + c->keys_len, s, n);
     c->keys_len += n;
-    c->ids_off[i] = (uint32_t)c->ids_len;
-    c->n_ids[i] = (uint8_t)k;
     memcpy(c->ids + c->ids_len, ids, k * sizeof *ids);
     c->ids_len += k;
     c->n++;
@@ -253,10 +242,10 @@ epyq_status tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s,
     uint64_t h = 0;
     if (cache && n <= CACHE_KEY_MAX) {
         h = tok_hash_bytes(s, n) | 1; /* never 0, the empty mark */
-        size_t i = cache_slot(cache, h, s, n);
-        if (cache->hash[i]) {
-            for (size_t k = 0; k < cache->n_ids[i]; k++) {
-                epyq_status st = tok_ids_push(out, cache->ids[cache->ids_off[i] + k], err);
+        const cache_slot_t *e = cache_slot(cache, h, s, n);
+        if (e->hash) {
+            for (size_t k = 0; k < e->n_ids; k++) {
+                epyq_status st = tok_ids_push(out, cache->ids[e->ids_off + k], err);
                 if (st) return st;
             }
             return EPYQ_OK;

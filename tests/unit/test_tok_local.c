@@ -343,7 +343,7 @@ START_TEST(split_pieces) {
     expect_pieces("\xE1\xA0\x8E!", p1, 1);
     static const char *const p2[] = {"\x1C!"};
     expect_pieces("\x1C!", p2, 1);
-    static const char *const p3[] = {"a", "\xC2\xA0", "\xE3\x80\x80" "b"}; /* NBSP, then ideographic space before a letter */
+    static const char *const p3[] = {"a", "\xC2\xA0", ("\xE3\x80\x80" "b")}; /* NBSP, then ideographic space before a letter */
     expect_pieces("a\xC2\xA0\xE3\x80\x80" "b", p3, 3);
     static const char *const p4[] = {"Hello", ",", " world", "!\n\n", "  ", " x", "'LL", "1", "2"};
     expect_pieces("Hello, world!\n\n   x'LL12", p4, 9);
