@@ -88,7 +88,7 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
 uint64_t synth_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name, then mixed with the seed */
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return synth_draw64(h ^ (seed * 0xD1B54A32D192ED03ull), seed);
+    return synth_mix64(h ^ synth_mix64(seed + 0x9E3779B97F4A7C15ull));
 }
 
 static bool ends_with(const char *s, const char *suf) {
@@ -150,32 +150,23 @@ epyq_status synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *
     return EPYQ_OK;
 }
 
-/* Normal draws, two elements per 64-bit draw; the chunk may start at an odd element. */
-static void fill_normal(uint64_t key, float mean, float sg, uint64_t first, size_t n, float *out) {
-    size_t o = 0;
-    uint64_t i = first;
-    if (n && (i & 1))
-        out[o++] = synth_round_bf16(mean + sg * synth_normal32((uint32_t)(synth_draw64(key, i >> 1) >> 32))), i++;
-    for (; o + 2 <= n; o += 2, i += 2) {
-        uint64_t r = synth_draw64(key, i >> 1);
-        out[o] = synth_round_bf16(mean + sg * synth_normal32((uint32_t)r));
-        out[o + 1] = synth_round_bf16(mean + sg * synth_normal32((uint32_t)(r >> 32)));
-    }
-    if (o < n) out[o] = synth_round_bf16(mean + sg * synth_normal32((uint32_t)synth_draw64(key, i >> 1)));
+void synth_fill_normal_scalar(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out) {
+    for (size_t o = 0; o < n; o++)
+        out[o] = synth_round_bf16(mean + sg * synth_normal32(synth_bits(key, i0 + o)));
 }
 
 void synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out) {
     const uint64_t key = r->key;
     switch (r->kind) {
-    case RULE_NORMAL: fill_normal(key, 0.0f, r->sigma, first, n, out); break;
-    case RULE_ONE_PLUS_NORMAL: fill_normal(key, 1.0f, r->sigma, first, n, out); break;
+    case RULE_NORMAL: synth_fill_normal_range(key, 0.0f, r->sigma, first, n, out); break;
+    case RULE_ONE_PLUS_NORMAL: synth_fill_normal_range(key, 1.0f, r->sigma, first, n, out); break;
     case RULE_A_LOG: /* A = -exp(A_log) in the recurrence; A in [1, 8) */
         for (size_t i = 0; i < n; i++)
-            out[i] = synth_round_bf16(logf(1.0f + 7.0f * synth_uniform(synth_draw64(key, first + i))));
+            out[i] = synth_round_bf16(logf(1.0f + 7.0f * synth_uniform(synth_bits(key, first + i))));
         break;
     case RULE_DT_BIAS: /* inverse softplus of dt, dt log-uniform in [0.01, 0.1] (Mamba-style init) */
         for (size_t i = 0; i < n; i++) {
-            double u = synth_uniform(synth_draw64(key, first + i));
+            double u = synth_uniform(synth_bits(key, first + i));
             double dt = exp(log(0.01) + u * (log(0.1) - log(0.01)));
             out[i] = synth_round_bf16((float)(dt + log(-expm1(-dt))));
         }

@@ -9,18 +9,37 @@
 
 static inline float to_bf16(float x) { return epyq_bf16_to_f32(epyq_f32_to_bf16(x)); }
 static inline float to_f16(float x) { return epyq_f16_to_f32(epyq_f32_to_f16(x)); }
-/* round half to even for |t| < 2^22 without a libm call, so the group loops vectorize */
+/* round half to even for |t| < 2^22 without a libm call */
 static inline float rne(float t) { return (t + 12582912.0f) - 12582912.0f; }
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* One group of SYNTH_GS values: codes into q, returns the stored scale, sets *z. */
-static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_t *z) {
-    enum { G = SYNTH_GS };
-    float mn = x[0], mx = x[0];
-    for (int i = 1; i < G; i++) {
-        mn = x[i] < mn ? x[i] : mn;
-        mx = x[i] > mx ? x[i] : mx;
+void synth_minmax_scalar(const float *x, float *mn, float *mx) {
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < SYNTH_GS; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
     }
+    *mn = lo, *mx = hi;
+}
+
+void synth_codes_scalar(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q) {
+    for (int i = 0; i < SYNTH_GS; i++) {
+        float c;
+        switch (f) {
+        case EPYQ_SYNTH_GPTQ: c = clampf(rne(x[i] / a) + 8.0f, 0.0f, 15.0f); break;
+        case EPYQ_SYNTH_CT: c = rne(clampf(synth_round_bf16(x[i] / a), -8.0f, 7.0f)) + 8.0f; break;
+        case EPYQ_SYNTH_QUARK: c = clampf(rne(x[i] * a), -8.0f, 7.0f) + 8.0f; break;
+        default: c = clampf(rne(x[i] / a) + zz, 0.0f, 15.0f); break;
+        }
+        q[i] = (uint8_t)(int)c;
+    }
+}
+
+/* One group of SYNTH_GS values: codes into q, returns the stored scale, sets *z. The code
+ * rule per format is in synth_codes_* (a = the divisor, or Quark's reciprocal). */
+static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_t *z) {
+    float mn, mx;
+    synth_minmax(x, &mn, &mx);
     switch (f) {
     case EPYQ_SYNTH_GPTQ: {
         /* GPTQModel Quantizer.find_params, sym: range widened to 0, made symmetric only when the
@@ -30,7 +49,7 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         if (lo < 0) lo = -hi;
         if (lo == 0 && hi == 0) lo = -1, hi = 1;
         const float s = (hi - lo) / 15.0f;
-        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)clampf(rne(x[i] / s) + 8.0f, 0.0f, 15.0f);
+        synth_codes(f, x, s, 8.0f, q);
         *z = 8;
         return to_f16(s); /* codes use the unrounded scale; the fp16 copy is what is stored */
     }
@@ -39,8 +58,7 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
         float s = to_bf16((lo > hi ? lo : hi) / 7.5f);
         if (s < FLT_EPSILON) s = to_bf16(FLT_EPSILON);
-        for (int i = 0; i < G; i++)
-            q[i] = (uint8_t)(int)(rne(clampf(synth_round_bf16(x[i] / s), -8.0f, 7.0f)) + 8.0f);
+        synth_codes(f, x, s, 8.0f, q);
         *z = 8;
         return s;
     }
@@ -49,8 +67,7 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
         float s = (lo > hi ? lo : hi) / 7.5f;
         if (s < FLT_EPSILON) s = FLT_EPSILON;
-        const float inv = 1.0f / s;
-        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)(clampf(rne(x[i] * inv), -8.0f, 7.0f) + 8.0f);
+        synth_codes(f, x, 1.0f / s, 8.0f, q);
         *z = 8;
         return to_bf16(s);
     }
@@ -58,7 +75,7 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         /* AutoAWQ zero_point=True: raw min/max (0 not forced in), integer zero point */
         const float s = (mx - mn > 1e-5f ? mx - mn : 1e-5f) / 15.0f;
         const float zz = clampf(-rne(mn / s), 0.0f, 15.0f);
-        for (int i = 0; i < G; i++) q[i] = (uint8_t)(int)clampf(rne(x[i] / s) + zz, 0.0f, 15.0f);
+        synth_codes(f, x, s, zz, q);
         *z = (uint8_t)zz;
         return to_f16(s);
     }

@@ -19,26 +19,44 @@ const char *synth_dtype_name(synth_dtype t);
 
 /* ---- random numbers: value i of a tensor is a pure function of (key, i) ---- */
 uint64_t synth_key(uint64_t seed, const char *name);
-/* Draw j of stream `key`: wyrand's step (Weyl counter + 64x64->128 multiply-fold), so any draw is
- * computed in O(1) without the ones before it. */
-static inline uint64_t synth_draw64(uint64_t key, uint64_t j) {
-    uint64_t a = key + (j + 1) * 0xa0761d6478bd642full;
-    unsigned __int128 m = (unsigned __int128)(a ^ 0xe7037ed1a0b428dbull) * a;
-    return (uint64_t)(m >> 64) ^ (uint64_t)m;
+/* 64 random bits from 64 (splitmix64's finaliser): keys and other scalar uses */
+static inline uint64_t synth_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
-/* Normal-like value from 32 random bits: Irwin-Hall sum of the four bytes, scaled to unit
- * variance (bounded by +-3.45). Element i of a tensor uses half (i & 1) of draw i / 2. */
+static inline uint32_t synth_lowbias32(uint32_t x) { /* a 32-bit integer hash with low bias */
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+/* 32 random bits for element i of stream `key`: a Weyl sequence whose odd step and offset both
+ * come from the key (so streams are not shifts of one another), hashed once; all in 32-bit lanes
+ * so 8 elements are drawn per AVX2 instruction; any element is computed on its own. */
+static inline uint32_t synth_bits(uint64_t key, uint64_t i) {
+    uint32_t k0 = (uint32_t)key + (uint32_t)(i >> 32) * 0x632BE5ABu, step = (uint32_t)(key >> 32) | 1u;
+    return synth_lowbias32((uint32_t)i * step + k0);
+}
+/* Normal-like value: Irwin-Hall sum of the four bytes, scaled to unit variance (bounded by
+ * +-3.45); the scalar and vector paths do the same float operations in the same order. */
 static inline float synth_normal32(uint32_t x) {
     uint32_t p = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
-    return ((float)(int32_t)((p & 0xFFFFu) + (p >> 16)) - 510.0f) * (1.0f / 147.80054f);
+    return (float)((int32_t)((p & 0xFFFFu) + (p >> 16)) - 510) * (1.0f / 147.80054f);
 }
-static inline float synth_uniform(uint64_t r) { return (float)(r >> 40) * (1.0f / 16777216.0f); }
+static inline float synth_uniform(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 /* bf16 rounding (nearest even) of a finite float, kept as float */
 static inline float synth_round_bf16(float x) {
     union { float f; uint32_t u; } v = {.f = x};
     v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
     return v.f;
 }
+/* round(mean + sg * normal) to bf16 for elements [i0, i0 + n) of a stream; AVX2 when the CPU
+ * has it (same values either way). */
+void synth_fill_normal_range(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out);
+void synth_fill_normal_scalar(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out);
+extern bool synth_no_simd; /* tests: force the scalar paths */
 
 /* How a logical tensor's values are drawn (chosen from its name, see draw.c). */
 typedef enum { RULE_NORMAL, RULE_ONE_PLUS_NORMAL, RULE_A_LOG, RULE_DT_BIAS } synth_rule_kind;
@@ -60,6 +78,13 @@ void synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *ou
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
 void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
                     uint8_t *z);
+
+/* The two halves of quantizing one group (x [SYNTH_GS]): min/max, then codes with a = the
+ * divisor (Quark: its reciprocal, a multiplier) and zz = AWQ's zero; AVX2 when available. */
+void synth_minmax(const float *x, float *mn, float *mx);
+void synth_codes(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q);
+void synth_minmax_scalar(const float *x, float *mn, float *mx);
+void synth_codes_scalar(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);

@@ -205,7 +205,7 @@ static epyq_status learn(tokset *t, int32_t target, const int32_t byte_id[256], 
             const int32_t *s = c.sym + c.start[w];
             for (int32_t j = 0; j + 1 < c.nsym[w]; j++) {
                 uint64_t key = ((uint64_t)(uint32_t)s[j] << 32 | (uint32_t)s[j + 1]) + 1;
-                size_t h = (size_t)(synth_draw64(key, 0) & (npair - 1));
+                size_t h = (size_t)(synth_mix64(key) & (npair - 1));
                 while (pt[h].key && pt[h].key != key) h = (h + 1) & (npair - 1);
                 pt[h].key = key;
                 pt[h].count += c.count[w];

@@ -110,6 +110,38 @@ START_TEST(test_quantize_rules) {
 }
 END_TEST
 
+/* ---- the AVX2 paths give the scalar definitions' values bit for bit ---- */
+
+START_TEST(test_simd_matches_scalar) {
+    enum { N = 4096 };
+    static float a[N], b[N];
+    static const uint64_t starts[] = {0, 1, 7, 12345, 0xFFFFFFF0ull, 0x1000000003ull};
+    for (size_t t = 0; t < sizeof starts / sizeof starts[0]; t++) {
+        uint64_t key = synth_key(t, "model.language_model.layers.0.mlp.experts.0.up_proj.weight");
+        synth_fill_normal_range(key, 0.5f, 0.37f, starts[t], N - 3, a);
+        synth_fill_normal_scalar(key, 0.5f, 0.37f, starts[t], N - 3, b);
+        ck_assert_msg(!memcmp(a, b, (N - 3) * sizeof *a), "fill at %llu", (unsigned long long)starts[t]);
+    }
+    static const epyq_synth_format fs[] = {EPYQ_SYNTH_GPTQ, EPYQ_SYNTH_CT, EPYQ_SYNTH_QUARK, EPYQ_SYNTH_AWQ};
+    uint8_t q1[SYNTH_GS], q2[SYNTH_GS];
+    int mismatch = 0;
+    for (int g = 0; g < N / SYNTH_GS; g++) {
+        float *x = a + g * SYNTH_GS, mn1, mx1, mn2, mx2;
+        for (int i = 0; i < SYNTH_GS; i++) x[i] = bf16r((b[g * SYNTH_GS + i] - 0.5f) * (float)(g + 1) * (g % 3 ? 1 : 0.01f));
+        synth_minmax(x, &mn1, &mx1);
+        synth_minmax_scalar(x, &mn2, &mx2);
+        mismatch += mn1 != mn2 || mx1 != mx2;
+        for (int f = 0; f < 4; f++) {
+            float s = (mx2 - mn2) / 15, zz = fminf(fmaxf(-rintf(mn2 / s), 0), 15);
+            synth_codes(fs[f], x, fs[f] == EPYQ_SYNTH_QUARK ? 1 / s : s, zz, q1);
+            synth_codes_scalar(fs[f], x, fs[f] == EPYQ_SYNTH_QUARK ? 1 / s : s, zz, q2);
+            mismatch += memcmp(q1, q2, SYNTH_GS) != 0;
+        }
+    }
+    ck_assert_int_eq(mismatch, 0);
+}
+END_TEST
+
 /* ---- planned 35b-a3b layouts (no data written) ---- */
 
 static const synth_tensor *find(const synth_plan *p, const char *name) {
@@ -425,6 +457,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_pack_words);
     tcase_add_test(tc, test_quantize_rules);
+    tcase_add_test(tc, test_simd_matches_scalar);
     tcase_add_test(tc, test_plan_35b);
     tcase_add_test(tc, test_determinism);
     tcase_add_test(tc, test_tokenizer_tiny);
