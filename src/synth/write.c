@@ -197,7 +197,7 @@ static epyq_status write_shard(const char *dir, const synth_plan *p, int32_t sha
     sk->path = tmp, sk->used = 0, sk->file_off = 0;
     uint64_t hl = h.len;
     uint8_t *o = synth_sink_get(sk, 8); /* u64 little-endian header length */
-    memcpy(o, &hl, 8);
+    if (o) memcpy(o, &hl, 8);
     const char *hp = h.s;
     size_t left = h.len;
     while (left && o) { /* the header can exceed the buffer for 100k-tensor shards */
