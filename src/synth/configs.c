@@ -142,7 +142,9 @@ static epyq_status dump(const char *dir, const char *name, const cJSON *root, bo
     return st;
 }
 
-/* small builders; cJSON tolerates NULL items by failing the add, and the caller checks oom at print */
+/* small builders; cJSON tolerates NULL items by failing the add, and the caller checks oom at print.
+ * Floats go in as raw text so they print as Python writes them (0.0, 1e-06, 10000000.0), which
+ * cJSON's own number printer would not. */
 static void num(cJSON *o, const char *k, long long v) { cJSON_AddNumberToObject(o, k, (double)v); }
 static void raw(cJSON *o, const char *k, const char *v) { cJSON_AddRawToObject(o, k, v); }
 static void str(cJSON *o, const char *k, const char *v) { cJSON_AddStringToObject(o, k, v); }
@@ -369,6 +371,8 @@ static cJSON *awq_block(void) {
 
 /* ---- config.json ---- */
 
+/* text_config: the keys of the released file (model.md §2.1); the special ids follow
+ * special_base so the tiny shape carries the fixtures' 1000.. ids */
 static cJSON *text_config(const epyq_synth_dims *d) {
     cJSON *t = cJSON_CreateObject(), *lt = cJSON_CreateArray(), *rope = cJSON_CreateObject();
     const int32_t B = d->special_base;
@@ -421,6 +425,8 @@ static cJSON *text_config(const epyq_synth_dims *d) {
     return t;
 }
 
+/* vision_config is written even when no vision tensors are (35b-a3b): loaders read the config
+ * of the multimodal class, and the tensor-free tower is the text-only view of the checkpoint */
 static cJSON *vision_config(const epyq_synth_dims *d) {
     cJSON *v = cJSON_CreateObject();
     cJSON_AddItemToObject(v, "deepstack_visual_indexes", cJSON_CreateArray());

@@ -45,6 +45,8 @@ static epyq_status grow(void **buf, size_t *cap, size_t need, size_t elem, epyq_
     return EPYQ_OK;
 }
 
+/* Rows of one module split over the pool; each row's draws, codes and scales depend only on its
+ * index, so the result is the same for any number of workers. */
 typedef struct {
     synth_emitter *e;
     const synth_rule *r;
@@ -135,6 +137,8 @@ static epyq_status emit_dense_values(synth_emitter *e, const synth_rule *r, uint
     return EPYQ_OK;
 }
 
+/* One tensor of an int4 module. The packed tensor is always the first of its module in file order
+ * (I32 before 16-bit, names sorted), so it computes the codes; scales/zeros come from the cache. */
 static epyq_status emit_q_part(synth_emitter *e, const synth_tensor *t, synth_sink *sk, epyq_err *err) {
     const int32_t n = t->n, k = t->k, gn = k / GS, n8 = (n + 7) / 8;
     epyq_status st;

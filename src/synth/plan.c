@@ -231,6 +231,7 @@ static int cmp_name(const void *a, const void *b) {
     return strcmp(((const synth_tensor *)a)->name, ((const synth_tensor *)b)->name);
 }
 
+/* transformers' writer order: larger dtypes first so every tensor is naturally aligned */
 static int cmp_file_order(const void *a, const void *b) {
     const synth_tensor *x = a, *y = b;
     if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
