@@ -2,6 +2,7 @@
  * Commands are declared weak so the program links while a command is being written;
  * a command that is not linked in says so instead of crashing. */
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "config.h"
@@ -66,6 +67,9 @@ int main(int argc, char **argv) {
             fprintf(stderr, "epyq: command '%s' is not built into this binary\n", argv[1]);
             return 2;
         }
+        /* Each command reports a bad option in its own single line (usage errors are one
+         * line, conventions §2), so getopt must not print a second one. */
+        opterr = 0;
         return commands[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "epyq: unknown command '%s' (try epyq --help)\n", argv[1]);

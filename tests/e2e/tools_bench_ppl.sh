@@ -1,0 +1,44 @@
+#!/bin/sh
+# `epyq bench` output schemas (md, csv, json, jsonl share one set of columns) and `epyq ppl`
+# (perplexity line, --kld-base save then compare) on tiny synthetic checkpoints.
+. "${srcdir:-.}/tests/e2e/tools_lib.sh"
+make_model
+BN="bench -m $M -t 1 -p 8 -n 4 -b 1,2 -r 2 --membw-mb 8"
+COLS='["model","format","size_gib","params_b","isa","threads","numa","test","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
+expect 0 "bench -o json" "$EPYQ" $BN -o json
+jq -e --argjson cols "$COLS" '
+  length == 3 and (map(.test) == ["pp8","tg4","tg4 b2"]) and
+  all(.[]; (keys_unsorted == $cols) and .avg_ts > 0 and .stddev_ts >= 0 and .threads == 1 and
+           .read_gbps > 0 and .gbps > 0 and (.pct_read_bw - 100 * .gbps / .read_gbps | fabs) < 0.05 * .pct_read_bw + 0.01)
+' "$T/out" >/dev/null && ok "json schema" || { fail "json schema"; cat "$T/out"; }
+expect 0 "bench -o jsonl" "$EPYQ" $BN -o jsonl
+jq -e -s --argjson cols "$COLS" 'length == 3 and all(.[]; keys_unsorted == $cols)' "$T/out" >/dev/null &&
+    ok "jsonl: one object per line, same columns" || fail "jsonl schema"
+expect 0 "bench -o csv" "$EPYQ" $BN -o csv
+[ "$(head -1 "$T/out")" = "$(echo "$COLS" | jq -r 'join(",")')" ] && [ "$(wc -l <"$T/out")" = 4 ] &&
+    ok "csv header = json columns, 3 rows" || { fail "csv"; cat "$T/out"; }
+expect 0 "bench -o md" "$EPYQ" $BN -o md
+[ "$(grep -c '^|.*pp8\|^|.*tg4' "$T/out")" = 3 ] && grep -q '^| *model' "$T/out" && ok "markdown table" ||
+    { fail "markdown table"; cat "$T/out"; }
+expect 2 "bench -o xml" "$EPYQ" $BN -o xml
+
+# Perplexity: 12 lines of text, window 32 (stride 16).
+i=0; while [ $i -lt 12 ]; do echo "The quick brown fox jumps over the lazy dog, time $i."; i=$((i + 1)); done >"$T/text.txt"
+P="ppl -t 1 -f $T/text.txt -c 32"
+expect 0 "ppl" "$EPYQ" $P -m "$M" --kld-base "$T/base.kld"
+grep -Eq '^PPL = [0-9.]+ \+/- [0-9.]+' "$T/out" && ok "PPL line with its standard error" || { fail "PPL line"; cat "$T/out"; }
+grep -Eq 'tokens/s' "$T/out" || fail "ppl: no tokens/s"
+[ -s "$T/base.kld" ] && ok "--kld-base saved the distributions" || fail "--kld-base wrote nothing"
+ppl1=$(grep '^PPL' "$T/out")
+expect 0 "ppl compare, same model" "$EPYQ" $P -m "$M" --kld-base "$T/base.kld"
+[ "$(grep '^PPL' "$T/out")" = "$ppl1" ] || fail "ppl is not reproducible"
+grep -Eq 'KL divergence .* mean [0-9.e-]+, max [0-9.e-]+ nats; top-1 agreement [0-9.]+%' "$T/out" &&
+    ok "KL line" || { fail "KL line"; cat "$T/out"; }
+# Another checkpoint (same shape and tokenizer, other weights) must disagree clearly.
+"$EPYQ" synth -o "$T/other" --shape tiny --format ct -s 5 -t 1 >/dev/null 2>&1 || fail "synth -s 5"
+expect 0 "ppl compare, other weights" "$EPYQ" $P -m "$T/other" --kld-base "$T/base.kld"
+kl=$(sed -n 's/.*mean \([0-9.e-]*\),.*/\1/p' "$T/out")
+awk -v k="$kl" 'BEGIN { exit !(k > 0.01) }' && ok "other weights: KL mean $kl" || { fail "other weights KL '$kl'"; cat "$T/out"; }
+printf 'not a kld file' >"$T/bad.kld"
+expect 1 "ppl with a corrupt --kld-base" "$EPYQ" $P -m "$M" --kld-base "$T/bad.kld"
+finish

@@ -1,0 +1,26 @@
+# tests/e2e/tools_lib.sh — sourced by the tools_*.sh tests: the built binary, a temp dir that
+# is removed on exit, a tiny synthetic checkpoint in it, and check helpers.
+# Exit statuses follow automake: 0 pass, 1 fail, 77 skip.
+set -u
+EPYQ=${EPYQ_BIN:-$PWD/epyq}
+[ -x "$EPYQ" ] || { echo "no epyq binary at $EPYQ"; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/epyq-tools.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+# Keep generated models and history out of the user's home.
+export XDG_CACHE_HOME="$T/cache" XDG_STATE_HOME="$T/state"
+FAILS=0
+
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+ok() { echo "ok: $*"; }
+# expect STATUS DESC CMD...: run CMD, compare its exit status.
+expect() {
+    want=$1 desc=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"; got=$?
+    if [ "$got" = "$want" ]; then ok "$desc"; else fail "$desc: exit $got, expected $want"; sed 's/^/  | /' "$T/err" | head -5; fi
+}
+# A tiny ct checkpoint (int4 experts, byte-level BPE tokenizer, Qwen chat template).
+make_model() {
+    M="$T/tiny"
+    "$EPYQ" synth -o "$M" --shape tiny --format ct -t 1 >"$T/synth.log" 2>&1 || { cat "$T/synth.log"; exit 1; }
+}
+finish() { [ "$FAILS" = 0 ] && { echo "all passed"; exit 0; }; echo "$FAILS failed"; exit 1; }

@@ -1,0 +1,45 @@
+#!/bin/sh
+# `epyq run` and piped `epyq chat` on a tiny synthetic checkpoint: streaming output, stats
+# lines, determinism under a fixed seed, and the REPL commands a script can drive.
+. "${srcdir:-.}/tests/e2e/tools_lib.sh"
+make_model
+R="run -m $M -t 1 -n 12 -s 7"
+expect 0 "run raw prompt" "$EPYQ" $R -p "The quick brown fox"
+cp "$T/out" "$T/run1"
+grep -q 'generation 12 tokens\|finish: stop' "$T/err" || fail "run: no stats line with 12 generated tokens"
+expect 0 "run again, same seed" "$EPYQ" $R -p "The quick brown fox"
+cmp -s "$T/out" "$T/run1" || fail "run: same seed gave different text"
+printf 'The quick brown fox' >"$T/prompt.txt"
+expect 0 "run -f FILE" "$EPYQ" $R -f "$T/prompt.txt"
+cmp -s "$T/out" "$T/run1" || fail "run -f gave other text than -p"
+expect 0 "run --chat --no-think" "$EPYQ" $R --chat --no-think -p "Hi"
+expect 1 "run prompt past -c" "$EPYQ" $R -c 4 -p "a b c d e f g h i j k l m n o p"
+grep -q '^epyq: .*context' "$T/err" || fail "run: over-long prompt message does not name the context"
+
+# Piped chat: no banner or prompt, one line per turn, stats after each answer. Greedy, so
+# /regen and a fresh turn after /clear must reproduce the first answer exactly.
+C="chat -m $M -t 1 -n 6 -s 3 --temp 0 --no-think"
+printf 'Hello\n/save %s\n/regen\n/save %s\n/clear\nHello\n/save %s\n/stats\n/exit\nnot reached\n' \
+    "$T/c1.json" "$T/c2.json" "$T/conv.json" >"$T/in"
+"$EPYQ" $C <"$T/in" >"$T/out" 2>"$T/err"; rc=$?
+[ $rc = 0 ] || { fail "piped chat exit $rc"; cat "$T/err"; }
+[ "$(grep -c '^\[ prompt .* t/s | generation .* t/s \]$' "$T/err")" = 3 ] || fail "piped chat: expected 3 answer stats lines"
+grep -q '^\[ conversation cleared \]$' "$T/out" || fail "piped chat: /clear not acknowledged"
+grep -q '^> ' "$T/out" && fail "piped chat printed a prompt decoration"
+grep -q '^context ' "$T/out" || fail "piped chat: /stats printed nothing"
+grep -q 'not reached' "$T/out" && fail "input after /exit was used"
+for f in c1 c2 conv; do
+    jq -e '.messages | length == 2 and .[0].role == "user" and .[1].role == "assistant"' "$T/$f.json" >/dev/null ||
+        fail "/save $f: expected one user and one assistant message"
+done
+a1=$(jq -r '.messages[1].content' "$T/c1.json"); a2=$(jq -r '.messages[1].content' "$T/c2.json")
+a3=$(jq -r '.messages[1].content' "$T/conv.json")
+[ -n "$a1" ] && [ "$a1" = "$a2" ] && [ "$a1" = "$a3" ] || fail "greedy answers differ: '$a1' / '$a2' / '$a3'"
+# The streamed text is the saved answer.
+grep -qF "$(printf '%s' "$a1" | head -1)" "$T/out" || fail "the saved answer was not streamed to stdout"
+# /load restores the conversation; a follow-up turn works from it.
+printf '/load %s\nAnd then?\n' "$T/conv.json" | "$EPYQ" $C >"$T/out" 2>"$T/err" || fail "chat after /load failed"
+grep -q '^\[ loaded 2 messages \]$' "$T/out" || fail "/load not acknowledged"
+printf '/load %s\n' "$T/prompt.txt" | "$EPYQ" $C >"$T/out" 2>"$T/err"
+grep -q '^epyq: .*prompt.txt' "$T/err" || fail "/load of a non-conversation file: no one-line error"
+finish

@@ -1,0 +1,559 @@
+/* tools/cmd_chat.c — `epyq chat`: an interactive REPL over the checkpoint's chat template.
+ *
+ * Each turn renders the whole message history with the template. The sequence keeps what it
+ * was fed (prompt + generated tokens minus the last sampled one); when the new prompt's ids
+ * extend those, only the suffix is fed, otherwise the sequence starts over (the Qwen template
+ * drops earlier turns' reasoning, so a thinking turn usually forces a full re-feed).
+ *
+ * Ctrl-C during an answer stops it at the next token; the partial answer is KEPT in the
+ * history as the assistant's message (what the user saw is what the model will see next).
+ * Ctrl-C while idle, or a second one while an answer is being cancelled, exits with 130.
+ * With stdin not a TTY: no banner, no prompt, one input line = one user turn, reasoning
+ * between [Start thinking] / [End thinking] markers. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <editline/readline.h>
+
+#include "core/util.h"
+#include "tok/chat.h"
+#include "tok/reasoning.h"
+#include "tools/cmd.h"
+#include "tools/gen.h"
+#include "tools/tool_model.h"
+
+#define DIM_ON "\033[2;3m"
+#define DIM_OFF "\033[0m"
+
+static volatile sig_atomic_t g_cancel;     /* set by the first Ctrl-C of an answer */
+static volatile sig_atomic_t g_generating; /* an answer is being produced */
+
+/* Async-signal-safe: only flags, write() and _exit(). */
+static void on_signal(int sig) {
+    if (sig == SIGINT && g_generating && !g_cancel) {
+        g_cancel = 1;
+        return;
+    }
+    static const char reset[] = DIM_OFF "\n";
+    if (isatty(STDOUT_FILENO)) (void)!write(STDOUT_FILENO, reset, sizeof reset - 1);
+    _exit(sig == SIGTERM ? 143 : 130);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: epyq chat (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
+            "\n"
+            "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
+            "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
+            "  -sys, --system TEXT    system prompt\n"
+            "  -n, --n-predict N      most tokens per answer (default 1024)\n"
+            "  --no-think             start with thinking off (/think on|off toggles)\n"
+            "  -c, --ctx-size N       context (default 8192, at most the model's)\n"
+            "  -t, --threads N        threads (default: all allowed CPUs)\n"
+            "  -s, --seed N           sampling seed (default 0)\n"
+            "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
+            "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "Commands in the REPL: /help. Ctrl-C stops an answer (the partial answer stays in the\n"
+            "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n");
+}
+
+static const char help_text[] =
+    "  /help            this list\n"
+    "  /clear           forget the conversation (keeps the system prompt)\n"
+    "  /regen           drop the last answer and generate it again\n"
+    "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
+    "  /think on|off    let the model reason before answering\n"
+    "  /read FILE       put FILE's text before your next message\n"
+    "  /save FILE       write the conversation as JSON\n"
+    "  /load FILE       replace the conversation with a saved one\n"
+    "  /stats           context use, speeds, memory\n"
+    "  /exit            quit (also Ctrl-D)\n";
+
+typedef struct {
+    const char *dir, *synthetic, *system;
+    int n_predict, ctx, threads;
+    bool no_think;
+    double temp, top_p, min_p, rep, pres; /* < 0 = keep generation_config's */
+    long top_k;
+    unsigned long long seed;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+    enum { O_NOTHINK = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_SYN, O_SYS };
+    static const struct option lo[] = {
+        {"model", required_argument, 0, 'm'}, {"synthetic", required_argument, 0, O_SYN},
+        {"system", required_argument, 0, O_SYS}, {"sys", required_argument, 0, O_SYS},
+        {"n-predict", required_argument, 0, 'n'}, {"no-think", no_argument, 0, O_NOTHINK},
+        {"ctx-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
+        {"seed", required_argument, 0, 's'}, {"temp", required_argument, 0, O_TEMP},
+        {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
+        {"min-p", required_argument, 0, O_MINP}, {"repeat-penalty", required_argument, 0, O_REP},
+        {"presence-penalty", required_argument, 0, O_PRES}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    o->n_predict = 1024;
+    o->ctx = 8192;
+    o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
+    o->top_k = -1;
+    int c;
+    char *end;
+    optind = 1;
+    /* getopt_long_only would also take llama.cpp's single-dash "-sys"; plain getopt_long
+     * would read it as -s ys, so map it by hand first. */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-sys")) argv[i] = "--system";
+    while ((c = getopt_long(argc, argv, "m:n:c:t:s:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->dir = optarg; break;
+        case O_SYN: o->synthetic = optarg; break;
+        case O_SYS: o->system = optarg; break;
+        case O_NOTHINK: o->no_think = true; break;
+        case 'n': case 'c': case 't': case O_TOPK: {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 0 || v > 1 << 28) return fprintf(stderr, "epyq chat: bad number '%s'\n", optarg), 2;
+            if (c == 'n') o->n_predict = (int)v;
+            else if (c == 'c') o->ctx = (int)v;
+            else if (c == 't') o->threads = (int)v;
+            else o->top_k = v;
+            break;
+        }
+        case 's':
+            o->seed = strtoull(optarg, &end, 10);
+            if (*end) return fprintf(stderr, "epyq chat: bad seed '%s'\n", optarg), 2;
+            break;
+        case O_TEMP: case O_TOPP: case O_MINP: case O_REP: case O_PRES: {
+            double v = strtod(optarg, &end);
+            if (*end || v < 0) return fprintf(stderr, "epyq chat: bad value '%s'\n", optarg), 2;
+            *(c == O_TEMP ? &o->temp : c == O_TOPP ? &o->top_p : c == O_MINP ? &o->min_p : c == O_REP ? &o->rep : &o->pres) = v;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "epyq chat: bad option or missing value: '%s' (try --help)\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) return fprintf(stderr, "epyq chat: unexpected argument '%s'\n", argv[optind]), 2;
+    if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq chat: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
+    if (o->n_predict < 1 || o->ctx < 16) return fprintf(stderr, "epyq chat: -n must be >= 1 and -c >= 16\n"), 2;
+    return -1;
+}
+
+/* The REPL's state: the conversation as template messages and what the sequence holds. */
+typedef struct {
+    epyq_chat *tmpl;
+    const epyq_tok *tok;
+    epyq_gen gen;
+    cJSON *msgs;       /* [{role, content[, reasoning_content]}], system first when set */
+    bool think, tty_in, tty_out;
+    int n_predict;
+    int32_t *held;     /* [ctx] ids the sequence was fed, in order */
+    int32_t n_held;
+    int32_t *gen_ids;  /* [n_predict] */
+    char *pending;     /* /read text for the next user message, or NULL */
+    epyq_gen_stats last;
+    /* streaming state of the current answer */
+    epyq_reasoning *rp;
+    epyq_sbuf reasoning, content;
+    bool in_think_shown;
+} repl;
+
+static void out_reasoning(repl *r, const char *s, size_t n) {
+    if (!n) return;
+    if (!r->in_think_shown) {
+        fputs(r->tty_out ? DIM_ON : "[Start thinking]\n", stdout);
+        r->in_think_shown = true;
+    }
+    fwrite(s, 1, n, stdout);
+}
+
+static void out_content(repl *r, const char *s, size_t n) {
+    if (!n) return;
+    if (r->in_think_shown) {
+        fputs(r->tty_out ? DIM_OFF : "\n[End thinking]\n", stdout);
+        r->in_think_shown = false;
+    }
+    fwrite(s, 1, n, stdout);
+}
+
+/* Streaming text → reasoning parser → styled output; both parts are kept for the history. */
+static void on_text(void *ctx, const char *text, size_t len) {
+    repl *r = ctx;
+    size_t r0 = r->reasoning.len, c0 = r->content.len;
+    epyq_err e;
+    if (epyq_reasoning_push(r->rp, text, len, &r->reasoning, &r->content, &e) != EPYQ_OK) return;
+    out_reasoning(r, r->reasoning.p + r0, r->reasoning.len - r0);
+    out_content(r, r->content.p + c0, r->content.len - c0);
+    fflush(stdout);
+}
+
+static bool is_role(const cJSON *m, const char *role) {
+    const cJSON *ro = cJSON_GetObjectItemCaseSensitive(m, "role");
+    return cJSON_IsString(ro) && !strcmp(ro->valuestring, role);
+}
+
+static void add_msg(cJSON *msgs, const char *role, const char *content, const char *reasoning) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", role);
+    cJSON_AddStringToObject(m, "content", content);
+    if (reasoning && *reasoning) cJSON_AddStringToObject(m, "reasoning_content", reasoning);
+    cJSON_AddItemToArray(msgs, m);
+}
+
+/* Prompt ids of the whole history with the generation prompt. */
+static epyq_status render_ids(repl *r, char **prompt, int32_t **ids, size_t *n_ids, epyq_err *err) {
+    cJSON *kw = cJSON_CreateObject();
+    cJSON_AddBoolToObject(kw, "add_generation_prompt", 1);
+    cJSON_AddBoolToObject(kw, "enable_thinking", r->think);
+    size_t len;
+    epyq_status st = epyq_chat_render(r->tmpl, r->msgs, kw, prompt, &len, err);
+    cJSON_Delete(kw);
+    if (st == EPYQ_OK) st = epyq_tok_encode(r->tok, *prompt, len, ids, n_ids, err);
+    return st;
+}
+
+/* One answer to the history as it stands (its last message is the user's). On success the
+ * answer is appended as an assistant message. */
+static epyq_status answer(repl *r, epyq_err *err) {
+    char *prompt = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    epyq_status st = render_ids(r, &prompt, &ids, &n_ids, err);
+    int32_t ctx = epyq_seq_ctx(r->gen.seq);
+    if (st == EPYQ_OK && (int64_t)n_ids >= ctx)
+        st = epyq_err_set(err, EPYQ_E_CTX_FULL,
+                          "the conversation needs %zu tokens, the context holds %d: /clear or -c", n_ids, ctx);
+    if (st != EPYQ_OK) {
+        free(prompt), free(ids);
+        return st;
+    }
+    /* Reuse what the sequence holds when the new prompt extends it. */
+    size_t from = 0;
+    if (r->n_held > 0 && (size_t)r->n_held < n_ids &&
+        !memcmp(r->held, ids, (size_t)r->n_held * sizeof *ids) && epyq_seq_pos(r->gen.seq) == r->n_held)
+        from = (size_t)r->n_held;
+    else {
+        epyq_seq_reset(r->gen.seq);
+        r->n_held = 0;
+    }
+    int32_t room = ctx - (int32_t)n_ids;
+    int32_t max_new = r->n_predict < room ? r->n_predict : room;
+
+    r->rp = epyq_reasoning_new(epyq_chat_prompt_opens_think(prompt, strlen(prompt)));
+    memset(&r->reasoning, 0, sizeof r->reasoning);
+    memset(&r->content, 0, sizeof r->content);
+    r->in_think_shown = false;
+    if (!r->rp) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    g_cancel = 0;
+    g_generating = 1;
+    int32_t pos0 = (int32_t)from;
+    if (st == EPYQ_OK)
+        st = epyq_gen_generate(&r->gen, ids + from, n_ids - from, max_new, &g_cancel, on_text, r,
+                               r->gen_ids, &r->last, err);
+    g_generating = 0;
+    if (st == EPYQ_OK) {
+        epyq_reasoning_finish(r->rp, &r->reasoning, &r->content, err);
+        out_content(r, "", 0);
+        if (r->in_think_shown) fputs(r->tty_out ? DIM_OFF : "\n[End thinking]\n", stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+    }
+    /* Record exactly what the sequence now holds: prompt then generated ids, up to its position
+     * (the last sampled token was never fed; a cancelled prefill stops part way). */
+    int32_t pos = epyq_seq_pos(r->gen.seq);
+    for (int32_t p = pos0; p < pos; p++) {
+        size_t i = (size_t)p;
+        r->held[p] = i < n_ids ? ids[i] : r->gen_ids[i - n_ids];
+    }
+    r->n_held = pos;
+    if (st == EPYQ_OK)
+        add_msg(r->msgs, "assistant", r->content.p ? r->content.p : "", r->reasoning.p);
+    epyq_reasoning_free(r->rp);
+    r->rp = NULL;
+    epyq_sbuf_free(&r->reasoning);
+    epyq_sbuf_free(&r->content);
+    if (st == EPYQ_OK) {
+        const epyq_gen_stats *s = &r->last;
+        if (s->finish == EPYQ_FINISH_CANCEL) fprintf(stderr, "[ stopped; the partial answer is kept ]\n");
+        fprintf(stderr, "[ prompt %.2f t/s | generation %.2f t/s ]\n",
+                s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
+        /* Warn while there is still room for about one more exchange. */
+        if (pos + r->n_predict >= ctx || pos >= ctx - ctx / 8)
+            fprintf(stderr, "[ context %d of %d used: it is nearly full, /clear to start over ]\n", pos, ctx);
+    }
+    free(prompt), free(ids);
+    return st;
+}
+
+static void drop_last_assistant(repl *r) {
+    int n = cJSON_GetArraySize(r->msgs);
+    if (n > 0 && is_role(cJSON_GetArrayItem(r->msgs, n - 1), "assistant")) cJSON_DeleteItemFromArray(r->msgs, n - 1);
+}
+
+/* Keeps only the system message. */
+static void forget_turns(repl *r) {
+    int n = cJSON_GetArraySize(r->msgs);
+    for (int i = n - 1; i >= 0; i--)
+        if (!is_role(cJSON_GetArrayItem(r->msgs, i), "system")) cJSON_DeleteItemFromArray(r->msgs, i);
+}
+
+static void set_system(repl *r, const char *text) {
+    if (cJSON_GetArraySize(r->msgs) > 0 && is_role(cJSON_GetArrayItem(r->msgs, 0), "system"))
+        cJSON_DeleteItemFromArray(r->msgs, 0);
+    if (!*text) return;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "system");
+    cJSON_AddStringToObject(m, "content", text);
+    cJSON_InsertItemInArray(r->msgs, 0, m);
+}
+
+static epyq_status save_conv(const repl *r, const char *path, epyq_err *err) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "messages", cJSON_Duplicate(r->msgs, 1));
+    cJSON_AddBoolToObject(o, "enable_thinking", r->think);
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    FILE *f = fopen(path, "w");
+    epyq_status st = EPYQ_OK;
+    if (!f || fputs(s, f) < 0 || fputc('\n', f) < 0) st = epyq_err_set(err, EPYQ_E_IO, "%s: %s", path, strerror(errno));
+    if (f && fclose(f) && st == EPYQ_OK) st = epyq_err_set(err, EPYQ_E_IO, "%s: %s", path, strerror(errno));
+    free(s);
+    return st;
+}
+
+/* A saved conversation: {"messages": [{role, content}, …]} (or the bare array). */
+static epyq_status load_conv(repl *r, const char *path, epyq_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    epyq_status st = epyq_file_read(path, (size_t)64 << 20, &text, &len, err);
+    if (st != EPYQ_OK) return st;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    cJSON *msgs = cJSON_IsArray(o) ? o : cJSON_GetObjectItemCaseSensitive(o, "messages");
+    const cJSON *m;
+    bool ok = cJSON_IsArray(msgs);
+    cJSON *each = ok ? msgs : NULL;
+    cJSON_ArrayForEach(m, each) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role")) || !cJSON_IsString(c))
+            ok = false;
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: expected {\"messages\": [{\"role\": …, \"content\": \"…\"}, …]}", path);
+    }
+    const cJSON *th = cJSON_GetObjectItemCaseSensitive(o, "enable_thinking");
+    if (cJSON_IsBool(th)) r->think = cJSON_IsTrue(th);
+    cJSON_Delete(r->msgs);
+    r->msgs = cJSON_Duplicate(msgs, 1);
+    cJSON_Delete(o);
+    return EPYQ_OK;
+}
+
+static void print_stats(const repl *r) {
+    const epyq_gen_stats *s = &r->last;
+    int32_t pos = epyq_seq_pos(r->gen.seq), ctx = epyq_seq_ctx(r->gen.seq);
+    printf("context     %d of %d tokens (%.1f%%), %d messages, thinking %s\n", pos, ctx, 100.0 * pos / ctx,
+           cJSON_GetArraySize(r->msgs), r->think ? "on" : "off");
+    printf("last answer prompt %d tokens %.2f t/s, generation %d tokens %.2f t/s (%s)\n", s->n_prompt,
+           s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->n_gen, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0,
+           epyq_finish_name(s->finish));
+    printf("memory      sequence %.1f MiB, weights streamed per token %.1f MiB, %d threads\n",
+           epyq_seq_bytes(r->gen.seq) / 1048576.0, epyq_model_active_bytes(r->gen.model) / 1048576.0,
+           epyq_model_threads(r->gen.model));
+}
+
+/* Runs a slash command; returns false for /exit. */
+static bool command(repl *r, char *line) {
+    char *arg = line + strcspn(line, " \t");
+    if (*arg) *arg++ = '\0';
+    arg += strspn(arg, " \t");
+    epyq_err err = {0};
+    epyq_status st = EPYQ_OK;
+    if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return false;
+    if (!strcmp(line, "/help")) fputs(help_text, stdout);
+    else if (!strcmp(line, "/clear")) {
+        forget_turns(r);
+        free(r->pending), r->pending = NULL;
+        epyq_seq_reset(r->gen.seq);
+        r->n_held = 0;
+        printf("[ conversation cleared ]\n");
+    } else if (!strcmp(line, "/regen")) {
+        int n = cJSON_GetArraySize(r->msgs);
+        if (n > 0 && is_role(cJSON_GetArrayItem(r->msgs, n - 1), "assistant")) {
+            drop_last_assistant(r);
+            st = answer(r, &err);
+        } else printf("[ nothing to regenerate ]\n");
+    } else if (!strcmp(line, "/system")) {
+        set_system(r, arg);
+        printf(*arg ? "[ system prompt set ]\n" : "[ system prompt removed ]\n");
+    } else if (!strcmp(line, "/think")) {
+        if (!strcmp(arg, "on") || !strcmp(arg, "off")) r->think = !strcmp(arg, "on");
+        else if (*arg) printf("[ /think on|off ]\n");
+        printf("[ thinking %s ]\n", r->think ? "on" : "off");
+    } else if (!strcmp(line, "/read") && *arg) {
+        char *text = NULL;
+        st = epyq_file_read(arg, (size_t)16 << 20, &text, NULL, &err);
+        if (st == EPYQ_OK) {
+            const char *base = strrchr(arg, '/') ? strrchr(arg, '/') + 1 : arg;
+            size_t need = (r->pending ? strlen(r->pending) : 0) + strlen(base) + strlen(text) + 32;
+            char *p = malloc(need);
+            if (p) snprintf(p, need, "%s--- File: %s ---\n%s\n", r->pending ? r->pending : "", base, text);
+            free(r->pending);
+            r->pending = p;
+            printf("[ %s will go before your next message ]\n", base);
+        }
+        free(text);
+    } else if (!strcmp(line, "/save") && *arg) {
+        st = save_conv(r, arg, &err);
+        if (st == EPYQ_OK) printf("[ saved %d messages to %s ]\n", cJSON_GetArraySize(r->msgs), arg);
+    } else if (!strcmp(line, "/load") && *arg) {
+        st = load_conv(r, arg, &err);
+        if (st == EPYQ_OK) printf("[ loaded %d messages ]\n", cJSON_GetArraySize(r->msgs));
+    } else if (!strcmp(line, "/stats")) print_stats(r);
+    else printf("[ unknown command %s (or missing argument); /help lists them ]\n", line);
+    if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
+    fflush(stdout);
+    return true;
+}
+
+/* $XDG_STATE_HOME/epyq/history (default ~/.local/state/epyq/history); NULL when unknown. */
+static char *history_path(void) {
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    char base[4096];
+    if (xdg && *xdg) snprintf(base, sizeof base, "%s/epyq", xdg);
+    else if (home && *home) snprintf(base, sizeof base, "%s/.local/state/epyq", home);
+    else return NULL;
+    epyq_err err;
+    if (epyq_mkdir_p(base, &err) != EPYQ_OK) return NULL;
+    size_t n = strlen(base) + 16;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/history", base);
+    return p;
+}
+
+/* Next input line without its newline (malloc'd), NULL at end of input. */
+static char *read_line(const repl *r) {
+    if (r->tty_in) return readline("> ");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, stdin);
+    if (n < 0) {
+        free(line);
+        return NULL;
+    }
+    if (n > 0 && line[n - 1] == '\n') line[n - 1] = '\0';
+    return line;
+}
+
+static int loop(repl *r, const char *hist) {
+    int rc = 0;
+    for (;;) {
+        char *line = read_line(r);
+        if (!line) break;
+        char *s = line + strspn(line, " \t");
+        if (!*s) {
+            free(line);
+            continue;
+        }
+        if (r->tty_in && hist) {
+            add_history(s);
+            write_history(hist);
+        }
+        bool go_on = true;
+        if (s[0] == '/') go_on = command(r, s);
+        else {
+            epyq_err err = {0};
+            char *msg = s;
+            if (r->pending) {
+                size_t n = strlen(r->pending) + strlen(s) + 1;
+                msg = malloc(n);
+                if (msg) snprintf(msg, n, "%s%s", r->pending, s);
+            }
+            if (msg) {
+                add_msg(r->msgs, "user", msg, NULL);
+                if (msg != s) free(msg);
+                free(r->pending), r->pending = NULL;
+                epyq_status st = answer(r, &err);
+                if (st != EPYQ_OK) {
+                    fprintf(stderr, "epyq: %s\n", err.msg);
+                    /* keep user/assistant alternating: forget the turn that got no answer */
+                    cJSON_DeleteItemFromArray(r->msgs, cJSON_GetArraySize(r->msgs) - 1);
+                    if (!r->tty_in) rc = 1;
+                }
+            }
+        }
+        free(line);
+        if (!go_on) break;
+    }
+    return rc;
+}
+
+int epyq_cmd_chat(int argc, char **argv) {
+    opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+    epyq_err err = {0};
+    char *dir = NULL, *hist = NULL;
+    epyq_tok *tok = NULL;
+    epyq_model *m = NULL;
+    repl r = {.think = !o.no_think, .tty_in = isatty(STDIN_FILENO), .tty_out = isatty(STDOUT_FILENO),
+              .n_predict = o.n_predict, .msgs = cJSON_CreateArray()};
+    epyq_status st = epyq_kern_init(&err);
+    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
+    if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
+    if (st == EPYQ_OK && r.tty_in) fprintf(stderr, "Loading model %s ...\n", dir);
+    epyq_model_opts mo = {.n_threads = o.threads, .skip_mtp = true};
+    if (st == EPYQ_OK) st = epyq_model_load(&m, dir, &mo, &err);
+    if (st == EPYQ_OK) {
+        const epyq_config *cfg = epyq_model_config(m);
+        epyq_sample_params sp;
+        epyq_sample_defaults(&sp, cfg);
+        if (o.temp >= 0) sp.temperature = (float)o.temp;
+        if (o.top_k >= 0) sp.top_k = (int32_t)o.top_k;
+        if (o.top_p >= 0) sp.top_p = (float)o.top_p;
+        if (o.min_p >= 0) sp.min_p = (float)o.min_p;
+        if (o.rep >= 0) sp.repetition_penalty = (float)o.rep;
+        if (o.pres >= 0) sp.presence_penalty = (float)o.pres;
+        sp.seed = o.seed;
+        int32_t ctx = o.ctx < cfg->max_position_embeddings ? o.ctx : (int32_t)cfg->max_position_embeddings;
+        r.tok = tok;
+        r.held = malloc((size_t)ctx * sizeof *r.held);
+        r.gen_ids = malloc((size_t)o.n_predict * sizeof *r.gen_ids);
+        if (!r.held || !r.gen_ids || !r.msgs) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
+        if (st == EPYQ_OK) st = epyq_gen_init(&r.gen, m, tok, ctx, &sp, &err);
+    }
+    if (st == EPYQ_OK) {
+        if (o.system) set_system(&r, o.system);
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        if (r.tty_in) {
+            hist = history_path();
+            if (hist) read_history(hist);
+            fprintf(stderr, "epyq chat — %s, context %d, thinking %s. /help lists commands, Ctrl-C stops an answer.\n",
+                    dir, epyq_seq_ctx(r.gen.seq), r.think ? "on" : "off");
+        }
+        rc = loop(&r, hist);
+    } else {
+        fprintf(stderr, "epyq: %s\n", err.msg);
+        rc = 1;
+    }
+    epyq_gen_free(&r.gen);
+    epyq_model_free(m);
+    epyq_chat_free(r.tmpl);
+    epyq_tok_free(tok);
+    cJSON_Delete(r.msgs);
+    free(r.held), free(r.gen_ids), free(r.pending), free(hist), free(dir);
+    return rc;
+}
