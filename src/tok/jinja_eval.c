@@ -150,6 +150,8 @@ static bool do_slice(jrender *r, jv obj, jv a, jv b, jv c, jv *out) {
             }
         return jj_str_from_buf(r, &buf, out);
     }
+    /* jinja2 compiles a slice to plain Python subscripting: no Undefined fallback here. */
+    if (obj.t == JV_DICT) return jj_fail(r, "unhashable type: 'slice'");
     return jj_fail(r, "'%s' object is not subscriptable", jj_type_name(obj));
 }
 
@@ -242,7 +244,8 @@ bool jj_getitem(jrender *r, jv obj, jv key, jv *out) {
         break;
     default: break;
     }
-    /* jinja2 falls back to the attribute of that name for string keys. */
+    /* jinja2 falls back to the attribute of that name for string keys; anything else that
+     * cannot be subscripted (numbers, None, bools) is Undefined, not an error. */
     if (key.t == JV_STR) {
         char *name = jj_strdup(&r->ar, key.u.s.p, key.u.s.n);
         if (!name) return jj_nomem(r);

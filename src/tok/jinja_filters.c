@@ -197,6 +197,10 @@ static bool copy_list(jrender *r, jv v, jlist **out) {
 /* select/reject/selectattr/rejectattr: keep items whose test (default: truthiness) == keep. */
 static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr, bool keep, jv *out) {
     jlist *src;
+    if (!jj_truthy(args[0])) { /* jinja2: `if value:` before iterating, so 0/None give [] */
+        *out = make_list(jj_list_new(&r->ar, 0));
+        return out->u.l ? true : jj_nomem(r);
+    }
     if (!jj_iter_list(r, args[0], &src)) return false;
     size_t first_test_arg = by_attr ? 2 : 1;
     int tid = -1;
@@ -233,6 +237,10 @@ static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr,
 
 static bool do_map(jrender *r, jscope *sc, const jv *args, const char *const *names, size_t nargs, jv *out) {
     jlist *src;
+    if (!jj_truthy(args[0])) { /* as select: a falsy value maps to nothing */
+        *out = make_list(jj_list_new(&r->ar, 0));
+        return out->u.l ? true : jj_nomem(r);
+    }
     if (!jj_iter_list(r, args[0], &src)) return false;
     jv attr = arg(args, names, nargs, 99, "attribute", jv_undef(NULL));
     jv dflt = arg(args, names, nargs, 99, "default", jv_undef(NULL));
@@ -336,7 +344,7 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
                      jv *out) {
     jv v = args[0];
     switch ((filter_id)fid) {
-    case F_SAFE: *out = v; return true;
+    case F_SAFE: return jj_stringify(r, v, out); /* Markup(str(v)); autoescape is off */
     case F_STRING: return jj_stringify(r, v, out);
     case F_LENGTH:
     case F_COUNT: {
@@ -479,6 +487,8 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
         return true;
     case F_INT: {
         jv d = arg(args, names, nargs, 0, "default", jv_int(0));
+        if (v.t == JV_UNDEF) /* int(Undefined) raises in jinja2 */
+            return jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
         int64_t i;
         double f;
         if (v.t == JV_INT) *out = v;
@@ -491,6 +501,8 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     }
     case F_FLOAT: {
         jv d = arg(args, names, nargs, 0, "default", jv_float(0.0));
+        if (v.t == JV_UNDEF)
+            return jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
         double f;
         if (v.t == JV_FLOAT) *out = v;
         else if (v.t == JV_INT || v.t == JV_BOOL) *out = jv_float(v.t == JV_INT ? (double)v.u.i : v.u.b);
@@ -553,9 +565,10 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_REJECTATTR: return filter_items(r, args, nargs, true, false, out);
     case F_MAP: return do_map(r, sc, args, names, nargs, out);
     case F_INDENT: {
-        jv s;
-        if (!jj_stringify(r, v, &s)) return false;
-        return do_indent(r, s, arg(args, names, nargs, 0, "width", jv_int(4)),
+        /* jinja2 appends "\n" to the value itself: only strings work. */
+        if (v.t != JV_STR)
+            return jj_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'", jj_type_name(v));
+        return do_indent(r, v, arg(args, names, nargs, 0, "width", jv_int(4)),
                          jj_truthy(arg(args, names, nargs, 1, "first", jv_bool(false))),
                          jj_truthy(arg(args, names, nargs, 2, "blank", jv_bool(false))), out);
     }

@@ -266,7 +266,7 @@ static bool repr_str(epyq_sbuf *b, const char *s, size_t n) {
 static bool str_or_repr(epyq_sbuf *b, jv v, bool repr) {
     char tmp[48];
     switch (v.t) {
-    case JV_UNDEF: return true;
+    case JV_UNDEF: return repr ? epyq_sbuf_adds(b, "Undefined") : true; /* str() is "" */
     case JV_NONE: return epyq_sbuf_adds(b, "None");
     case JV_BOOL: return epyq_sbuf_adds(b, v.u.b ? "True" : "False");
     case JV_INT: return epyq_sbuf_printf(b, "%lld", (long long)v.u.i);

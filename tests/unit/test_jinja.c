@@ -207,6 +207,13 @@ END_TEST
 START_TEST(undefined_semantics) {
     EXPECT("{{ missing }}|{{ missing is defined }}|{{ d.nokey }}|{{ d.nokey is none }}", "{\"d\": {}}", "|False||False");
     EXPECT("{{ missing == missing }}{{ missing != 1 }}{{ 'a' in missing }}", NULL, "TrueTrueFalse");
+    /* Found by differential runs against jinja2 on generated templates. */
+    EXPECT("{{ [missing, 1] }}|{{ 0|select|list }}|{{ none|map('upper')|list }}|{{ x[0] }}|{{ x.y }}|{{ x['k'] }}",
+           "{\"x\": 3.5}", "[Undefined, 1]|[]|[]|||");
+    EXPECT_ERR("{{ missing|int }}", NULL, "'missing' is undefined");
+    EXPECT_ERR("{{ 5|indent }}", NULL, "unsupported operand type(s) for +=: 'int' and 'str'");
+    EXPECT_ERR("{{ x[1:] }}", "{\"x\": {\"a\": 1}}", "unhashable type: 'slice'");
+    EXPECT_ERR("{{ x[::-1] }}", "{\"x\": 3.5}", "'float' object is not subscriptable");
     EXPECT_ERR("{{ missing.attr }}", NULL, "'missing' is undefined");
     EXPECT_ERR("{{ missing + 1 }}", NULL, "'missing' is undefined");
     EXPECT_ERR("{{ missing() }}", NULL, "'missing' is undefined");
