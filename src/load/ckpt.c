@@ -204,7 +204,7 @@ epyq_status epyq_ckpt_open(epyq_ckpt **out, const char *dir, epyq_err *err) {
             c->t[c->n] = c->shards[i].hdr.t[j];
             c->t[c->n++].shard = (int32_t)i;
         }
-    qsort(c->t, c->n, sizeof *c->t, cmp_tensor_name);
+    if (c->n) qsort(c->t, c->n, sizeof *c->t, cmp_tensor_name);
     for (size_t i = 1; i < c->n; i++)
         if (!strcmp(c->t[i - 1].name, c->t[i].name)) {
             st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: tensor %s appears in both %s and %s", dir, c->t[i].name,

@@ -200,7 +200,7 @@ epyq_status epyq_st_parse(epyq_st_header *out, const uint8_t *buf, size_t len, u
         out->t[i].name = out->names + np;
         np += strlen(out->names + np) + 1;
     }
-    qsort(sp, cnt, sizeof *sp, cmp_span);
+    if (cnt) qsort(sp, cnt, sizeof *sp, cmp_span); /* sp is NULL for an empty header */
     uint64_t pos = 0;
     for (size_t i = 0; i < cnt; i++) {
         if (sp[i].begin != pos) {

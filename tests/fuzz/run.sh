@@ -17,6 +17,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/epyq-fuzz-$name.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
 log="$work/log"
 status=0
+# UBSan findings must stop the run like ASan ones (FUZZ_CFLAGS keep UBSan recoverable).
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
+export UBSAN_OPTIONS
 "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
     -dict="$here/json.dict" -artifact_prefix="$build/fuzz-$name-crash-" "$work" "$here/corpus/$name" \
     >"$log" 2>&1 || status=$?
