@@ -3,6 +3,7 @@
 #include "tok/json_text.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tok/sbuf.h"
@@ -10,11 +11,7 @@
 
 #define MAX_DEPTH 512
 
-typedef struct {
-    const uint8_t *s;
-    size_t n, i;
-    epyq_err *err;
-} jp;
+typedef epyq_json_reader jp;
 
 static epyq_status fail(jp *p, const char *expected) {
     if (p->i >= p->n) return epyq_err_set(p->err, EPYQ_E_FORMAT, "byte %zu: expected %s, found the end of the line", p->i, expected);
@@ -233,4 +230,82 @@ epyq_status epyq_json_text_field(const char *text, size_t len, const char *key, 
     }
     *out = epyq_sbuf_take(&buf, out_len);
     return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+}
+
+/* ---- streaming reader ------------------------------------------------------------------ */
+
+bool epyq_json_read_char(epyq_json_reader *r, char c) {
+    ws(r);
+    if (r->i < r->n && r->s[r->i] == (uint8_t)c) {
+        r->i++;
+        return true;
+    }
+    return false;
+}
+
+epyq_status epyq_json_read_string(epyq_json_reader *r, epyq_sbuf *out) {
+    ws(r);
+    out->len = 0;
+    epyq_status st = string(r, out);
+    if (!st && !out->p && !epyq_sbuf_add(out, "", 0)) return epyq_err_set(r->err, EPYQ_E_NOMEM, "out of memory");
+    return st;
+}
+
+epyq_status epyq_json_read_int(epyq_json_reader *r, int64_t lo, int64_t hi, int64_t *out) {
+    ws(r);
+    size_t start = r->i;
+    bool neg = r->i < r->n && r->s[r->i] == '-';
+    if (neg) r->i++;
+    int64_t v = 0;
+    size_t digits = 0;
+    while (r->i < r->n && r->s[r->i] >= '0' && r->s[r->i] <= '9' && digits < 18) {
+        v = v * 10 + (r->s[r->i++] - '0');
+        digits++;
+    }
+    if (neg) v = -v;
+    bool more = r->i < r->n && (r->s[r->i] == '.' || r->s[r->i] == 'e' || r->s[r->i] == 'E' || (r->s[r->i] >= '0' && r->s[r->i] <= '9'));
+    if (!digits || more || v < lo || v > hi) {
+        r->i = start;
+        char what[64];
+        snprintf(what, sizeof what, "an integer in %lld..%lld", (long long)lo, (long long)hi);
+        return fail(r, what);
+    }
+    *out = v;
+    return EPYQ_OK;
+}
+
+/* Walk the object keys along path from the root object. */
+static epyq_status find_in(jp *p, const char *const *path, size_t depth, size_t *start, size_t *end, bool *found) {
+    if (!epyq_json_read_char(p, '{')) return fail(p, "a JSON object");
+    if (epyq_json_read_char(p, '}')) return EPYQ_OK;
+    size_t klen = strlen(path[0]);
+    for (;;) {
+        ws(p);
+        size_t kstart = p->i;
+        epyq_status st = string(p, NULL);
+        if (st) return st;
+        bool want = p->i - kstart == klen + 2 && !memcmp(p->s + kstart + 1, path[0], klen);
+        if (!epyq_json_read_char(p, ':')) return fail(p, "':'");
+        ws(p);
+        if (want && depth == 1) {
+            *start = p->i;
+            if ((st = value(p, 1))) return st;
+            *end = p->i;
+            *found = true;
+        } else if (want && p->i < p->n && p->s[p->i] == '{') {
+            if ((st = find_in(p, path + 1, depth - 1, start, end, found))) return st;
+        } else if ((st = value(p, 1))) {
+            return st;
+        }
+        if (epyq_json_read_char(p, ',')) continue;
+        if (epyq_json_read_char(p, '}')) return EPYQ_OK;
+        return fail(p, "',' or '}'");
+    }
+}
+
+epyq_status epyq_json_find(const char *text, size_t len, const char *const *path, size_t depth, size_t *start,
+                           size_t *end, bool *found, epyq_err *err) {
+    jp p = {.s = (const uint8_t *)text, .n = len, .err = err};
+    *found = false;
+    return depth ? find_in(&p, path, depth, start, end, found) : EPYQ_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "tok/json_text.h"
 #include "tok/tok_internal.h"
 
 #define TOKENIZER_JSON_MAX ((size_t)1 << 30)
@@ -86,9 +87,59 @@ static epyq_status pool_add(epyq_sbuf *pool, const char *s, size_t n, uint32_t *
 typedef struct {
     epyq_tok *t;
     epyq_sbuf pool;
+    /* tokenizer.json's text and the spans of model.vocab / model.merges in it: those two hold
+     * nearly all of the file and are read straight from the text (a cJSON tree of them costs
+     * more than everything else in loading); the tree holds the rest. */
+    const char *text;
+    size_t vocab_at, vocab_end, merges_at, merges_end;
+    bool has_vocab, has_merges;
     int32_t max_id;
     size_t added_cap;
 } loader;
+
+/* tokenizer.json: locate model.vocab and model.merges in the text (validating the document on
+ * the way), then let cJSON build a tree of everything else, with those two spans emptied. */
+static epyq_status parse_tokenizer_json(const char *path, loader *L, char **text_out, cJSON **root, epyq_err *err) {
+    char *text;
+    size_t len;
+    *root = NULL;
+    epyq_status st = epyq_file_read(path, TOKENIZER_JSON_MAX, &text, &len, err);
+    if (st) return st;
+    static const char *const vpath[] = {"model", "vocab"}, *const mpath[] = {"model", "merges"};
+    if ((st = epyq_json_find(text, len, vpath, 2, &L->vocab_at, &L->vocab_end, &L->has_vocab, err)) ||
+        (st = epyq_json_find(text, len, mpath, 2, &L->merges_at, &L->merges_end, &L->has_merges, err))) {
+        free(text);
+        return epyq_err_prefix(err, "%s: not valid JSON: ", path);
+    }
+    /* The rest, with the two spans replaced by empty containers. */
+    epyq_sbuf rest = {0};
+    size_t spans[2][2] = {{L->has_vocab ? L->vocab_at : len, L->has_vocab ? L->vocab_end : len},
+                          {L->has_merges ? L->merges_at : len, L->has_merges ? L->merges_end : len}};
+    int lo = spans[0][0] <= spans[1][0] ? 0 : 1;
+    bool ok = epyq_sbuf_add(&rest, text, spans[lo][0]) && epyq_sbuf_adds(&rest, spans[lo][0] < len ? (lo ? "[]" : "{}") : "") &&
+              epyq_sbuf_add(&rest, text + spans[lo][1], spans[!lo][0] - spans[lo][1]) &&
+              epyq_sbuf_adds(&rest, spans[!lo][0] < len ? (lo ? "{}" : "[]") : "") &&
+              epyq_sbuf_add(&rest, text + spans[!lo][1], len - spans[!lo][1]);
+    if (!ok) {
+        free(text);
+        epyq_sbuf_free(&rest);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", path);
+    }
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(rest.p, rest.len, &end, false);
+    epyq_sbuf_free(&rest);
+    if (!*root || !cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        free(text);
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: not a valid JSON object", path);
+    }
+    L->text = text;
+    *text_out = text;
+    return EPYQ_OK;
+}
+
+static epyq_status load_merges(loader *L, const char *label, epyq_err *err);
 
 static epyq_status load_model(loader *L, const cJSON *model, const char *label, epyq_err *err) {
     epyq_tok *t = L->t;
@@ -113,24 +164,29 @@ static epyq_status load_model(loader *L, const cJSON *model, const char *label, 
     }
     t->fuse_unk = jbool(model, "fuse_unk", false);
 
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    if (!cJSON_IsObject(vocab)) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: expected an object, found %s", label, jtype(vocab));
-    size_t n = (size_t)cJSON_GetArraySize(vocab);
-    epyq_status st = tok_strmap_init(&t->vocab, n, err);
-    if (st) return st;
+    if (!L->has_vocab) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: missing", label);
+    epyq_json_reader r = {.s = (const uint8_t *)L->text, .n = L->vocab_end, .i = L->vocab_at, .err = err};
+    epyq_sbuf key = {0};
+    epyq_status st = tok_strmap_init(&t->vocab, (L->vocab_end - L->vocab_at) / 16, err);
     L->max_id = -1;
-    for (const cJSON *e = vocab->child; e; e = e->next) {
+    if (!st && !epyq_json_read_char(&r, '{')) st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: expected an object", label);
+    bool first = true;
+    while (!st && !epyq_json_read_char(&r, '}')) {
         int64_t id;
-        if (!jint(e, 0, ID_MAX, &id))
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab[\"%.60s\"]: expected an id in 0..%lld, found %s", label,
-                                e->string, (long long)ID_MAX, jtype(e));
-        uint32_t off = 0;
-        size_t len = strlen(e->string);
-        if ((st = pool_add(&L->pool, e->string, len, &off, err)) ||
-            (st = tok_strmap_put(&t->vocab, L->pool.p, off, (uint32_t)len, (int32_t)id, err)))
-            return st;
-        if (id > L->max_id) L->max_id = (int32_t)id;
+        if (!first && !epyq_json_read_char(&r, ','))
+            st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: byte %zu: expected ',' or '}'", label, r.i);
+        else if (!(st = epyq_json_read_string(&r, &key)) && !epyq_json_read_char(&r, ':'))
+            st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: byte %zu: expected ':'", label, r.i);
+        else if (!st && (st = epyq_json_read_int(&r, 0, ID_MAX, &id)) == EPYQ_OK) {
+            uint32_t off = 0;
+            if (!(st = pool_add(&L->pool, key.p, key.len, &off, err)))
+                st = tok_strmap_put(&t->vocab, L->pool.p, off, (uint32_t)key.len, (int32_t)id, err);
+            if (id > L->max_id) L->max_id = (int32_t)id;
+        }
+        first = false;
     }
+    epyq_sbuf_free(&key);
+    if (st) return epyq_err_prefix(err, "%s: model.vocab: ", label);
     t->model_size = (int32_t)t->vocab.n;
 
     const char *unk = jstr(model, "unk_token");
@@ -148,53 +204,75 @@ static epyq_status load_model(loader *L, const cJSON *model, const char *label, 
         t->byte_id[b] = tok_strmap_get(&t->vocab, L->pool.p, u, cp < 0x80 ? 1 : 2);
     }
 
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    if (merges && !cJSON_IsArray(merges)) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges: expected an array, found %s", label, jtype(merges));
-    size_t nm = merges ? (size_t)cJSON_GetArraySize(merges) : 0;
-    if ((st = tok_pairmap_init(&t->merges, nm, err))) return st;
-    epyq_sbuf cat = {0};
+    return load_merges(L, label, err);
+}
+
+/* One merge: ["a", "b"] (tokenizers >= 0.20) or "a b" (older files); a and b go to x and y. */
+static epyq_status read_merge(epyq_json_reader *r, epyq_sbuf *x, epyq_sbuf *y) {
+    if (epyq_json_read_char(r, '[')) {
+        epyq_status st = epyq_json_read_string(r, x);
+        if (!st && !epyq_json_read_char(r, ','))
+            return epyq_err_set(r->err, EPYQ_E_FORMAT, "byte %zu: expected ',' between the two parts", r->i);
+        if (!st) st = epyq_json_read_string(r, y);
+        if (!st && !epyq_json_read_char(r, ']'))
+            return epyq_err_set(r->err, EPYQ_E_FORMAT, "byte %zu: expected ']' after two parts", r->i);
+        return st;
+    }
+    size_t at = r->i;
+    epyq_status st = epyq_json_read_string(r, x);
+    if (st) return st;
+    char *sp = memchr(x->p, ' ', x->len);
+    if (!sp || memchr(sp + 1, ' ', x->len - (size_t)(sp + 1 - x->p)))
+        return epyq_err_set(r->err, EPYQ_E_FORMAT, "byte %zu: expected \"a b\" with exactly one space", at);
+    y->len = 0;
+    if (!epyq_sbuf_add(y, sp + 1, x->len - (size_t)(sp + 1 - x->p))) return epyq_err_set(r->err, EPYQ_E_NOMEM, "out of memory");
+    x->len = (size_t)(sp - x->p);
+    x->p[x->len] = '\0';
+    return EPYQ_OK;
+}
+
+static epyq_status load_merges(loader *L, const char *label, epyq_err *err) {
+    epyq_tok *t = L->t;
+    /* Sized from the text (a merge takes at least 6 bytes), so the map never grows. */
+    size_t cap_hint = L->has_merges ? (L->merges_end - L->merges_at) / 6 + 1 : 1;
+    epyq_status st = tok_pairmap_init(&t->merges, cap_hint, err);
+    if (st || !L->has_merges) return st;
+    epyq_json_reader r = {.s = (const uint8_t *)L->text, .n = L->merges_end, .i = L->merges_at, .err = err};
+    epyq_sbuf a = {0}, b = {0}, cat = {0};
+    if (!epyq_json_read_char(&r, '['))
+        st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges: expected an array", label);
     uint32_t rank = 0;
-    for (const cJSON *m = merges ? merges->child : NULL; m; m = m->next, rank++) {
-        /* Two spellings: ["a", "b"] (tokenizers >= 0.20) and "a b" (older files). */
-        const char *a = NULL, *b = NULL;
-        size_t la = 0, lb = 0;
-        if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
-            a = m->child->valuestring;
-            b = m->child->next->valuestring;
-            la = strlen(a);
-            lb = strlen(b);
-        } else if (cJSON_IsString(m)) {
-            const char *sp = strchr(m->valuestring, ' ');
-            if (sp && !strchr(sp + 1, ' ')) {
-                a = m->valuestring;
-                la = (size_t)(sp - a);
-                b = sp + 1;
-                lb = strlen(b);
-            }
+    for (bool first = true; !st && !epyq_json_read_char(&r, ']'); first = false, rank++) {
+        if (!first && !epyq_json_read_char(&r, ',')) {
+            st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges: byte %zu: expected ',' or ']'", label, r.i);
+            break;
         }
-        if (!a) {
-            epyq_sbuf_free(&cat);
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges[%u]: expected [\"a\", \"b\"] or \"a b\", found %s", label,
-                                rank, jtype(m));
+        if ((st = read_merge(&r, &a, &b))) {
+            epyq_err_prefix(err, "%s: model.merges[%u]: ", label, rank);
+            break;
         }
-        int32_t ia = tok_strmap_get(&t->vocab, L->pool.p, a, la), ib = tok_strmap_get(&t->vocab, L->pool.p, b, lb);
+        int32_t ia = tok_strmap_get(&t->vocab, L->pool.p, a.p, a.len), ib = tok_strmap_get(&t->vocab, L->pool.p, b.p, b.len);
         cat.len = 0;
-        if (!epyq_sbuf_add(&cat, a, la) || !epyq_sbuf_add(&cat, b, lb)) {
-            epyq_sbuf_free(&cat);
-            return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory reading merges", label);
+        if (!epyq_sbuf_add(&cat, a.p, a.len) || !epyq_sbuf_add(&cat, b.p, b.len)) {
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory reading merges", label);
+            break;
         }
         int32_t im = tok_strmap_get(&t->vocab, L->pool.p, cat.p, cat.len);
         if (ia < 0 || ib < 0 || im < 0) {
-            epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges[%u]: \"%.*s\" + \"%.*s\": %s is not in the vocabulary", label,
-                         rank, (int)(la > 60 ? 60 : la), a, (int)(lb > 60 ? 60 : lb), b,
-                         ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
-            epyq_sbuf_free(&cat);
-            return EPYQ_E_FORMAT;
+            st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges[%u]: \"%.60s\" + \"%.60s\": %s is not in the vocabulary", label,
+                              rank, a.p, b.p, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
+            break;
+        }
+        if (t->merges.n + 1 > t->merges.cap / 2) { /* cannot happen with the size hint; keep the map sparse anyway */
+            st = epyq_err_set(err, EPYQ_E_INTERNAL, "%s: model.merges: more merges than the text can hold", label);
+            break;
         }
         tok_pairmap_put(&t->merges, ia, ib, rank, im);
     }
+    epyq_sbuf_free(&a);
+    epyq_sbuf_free(&b);
     epyq_sbuf_free(&cat);
-    return EPYQ_OK;
+    return st;
 }
 
 /* The reference's AddedVocabulary::add_tokens for one token: an existing token keeps its id,
@@ -498,7 +576,8 @@ epyq_status epyq_tok_load_opts(epyq_tok **out, const char *dir, const epyq_tok_o
     t->unk_id = t->eos_id = t->pad_id = -1;
     loader L = {.t = t};
     cJSON *root = NULL;
-    epyq_status st = parse_json_file(path, TOKENIZER_JSON_MAX, &root, err);
+    char *text = NULL;
+    epyq_status st = parse_tokenizer_json(path, &L, &text, &root, err);
     if (!st) st = tok_strmap_init(&t->added_map, 64, err);
     if (!st) st = load_model(&L, cJSON_GetObjectItemCaseSensitive(root, "model"), path, err);
     if (!st) st = load_added(&L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), path, err);
@@ -517,6 +596,8 @@ epyq_status epyq_tok_load_opts(epyq_tok **out, const char *dir, const epyq_tok_o
                               jstr(d, "type") ? jstr(d, "type") : jtype(d));
     }
     cJSON_Delete(root);
+    free(text);
+    L.text = NULL;
     if (!st) st = load_config(&L, dir, opts, err);
     free(path);
     t->pool = L.pool.p;
