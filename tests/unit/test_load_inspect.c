@@ -149,6 +149,34 @@ START_TEST(bad_folder) {
 }
 END_TEST
 
+START_TEST(check_tensors_finds_nan_scale) {
+    /* A NaN scale passes the structural checks; --check-tensors decodes and names it. */
+    tc_opts o = tc_defaults(EPYQ_QF_CT);
+    char *dir = epyq_test_tmpdir();
+    tc_list l = {0};
+    tc_model(&l, &o);
+    tc_tensor *t = tc_find(&l, "model.language_model.layers.1.mlp.experts.2.up_proj.weight_scale");
+    ck_assert_ptr_nonnull(t);
+    uint16_t nan = 0x7FC0;
+    memcpy(t->data + 2 * 5, &nan, 2);
+    tc_vec(&l, "model.language_model.layers.1.mlp.bias", 1, 4, 0, 0); /* one unexpected tensor */
+    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
+    tc_free(&l);
+    result r = run("-m", dir, NULL, NULL);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "1 unexpected tensors"));
+    ck_assert_ptr_nonnull(strstr(r.out, "model.language_model.layers.1.mlp.bias"));
+    result_free(&r);
+    r = run("-m", dir, "--check-tensors", NULL);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_int_eq(count_lines(r.err), 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "experts.2.up_proj.weight_scale"));
+    ck_assert_ptr_nonnull(strstr(r.err, "non-finite scale"));
+    result_free(&r);
+    rm_dir(dir);
+}
+END_TEST
+
 START_TEST(usage) {
     result r = run("--help", NULL, NULL, NULL);
     ck_assert_int_eq(r.rc, 0);
@@ -205,6 +233,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, good_folder);
     tcase_add_test(tc, bad_folder);
+    tcase_add_test(tc, check_tensors_finds_nan_scale);
     tcase_add_test(tc, usage);
     tcase_add_test(tc, fixture_folders);
     suite_add_tcase(s, tc);
