@@ -23,6 +23,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
             "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+            "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
             "\n"
             "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
             "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
@@ -41,6 +42,10 @@ static void usage(FILE *f) {
             "                     (same as EPYQ_MAX_ISA)\n"
             "  -t, --threads N    threads (default: one per allowed CPU)\n"
             "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+            "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
+            "                     a --numa flag: one pool, no binding (numa/README.md)\n"
+            "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
+            "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
             "  -h, --help         this text\n");
 }
 
@@ -50,6 +55,8 @@ typedef struct {
     bool mtp, ref;
     epyq_numpath path;
     epyq_kv_type kv;
+    epyq_numa_opts numa;
+    bool use_numa; /* a --numa flag was given */
 } opts;
 
 /* rows of the output: prompt + decode, then drafts */
@@ -95,7 +102,8 @@ static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
 
 static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     epyq_model *m = NULL;
-    epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp};
+    epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp,
+                          .numa = o->use_numa ? &o->numa : NULL};
     epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
     if (st != EPYQ_OK) return st;
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
@@ -150,13 +158,16 @@ static int parse(int argc, char **argv, opts *o) {
         {"ref", no_argument, 0, 'R'},           {"path", required_argument, 0, 'P'},
         {"isa", required_argument, 0, 'I'},     {"threads", required_argument, 0, 't'},
         {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"numa", required_argument, 0, 'U'},    {"numa-split", required_argument, 0, 'U'},
+        {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
+        {"numa-fallback", no_argument, 0, 'U'}, {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->n_ids = -1;
-    int c;
+    epyq_numa_opts_init(&o->numa);
+    int c, li = 0;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, &li)) != -1) {
         switch (c) {
         case 'm': o->dir = optarg; break;
         case 'i':
@@ -190,12 +201,22 @@ static int parse(int argc, char **argv, opts *o) {
             else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
             else return fprintf(stderr, "epyq logits: --kv-type: expected bf16 or fp8\n"), 2;
             break;
+        case 'U': { /* the NUMA flags, parsed as everywhere else (numa/opts.c) */
+            char flag[32];
+            epyq_err e = {0};
+            snprintf(flag, sizeof flag, "--%s", lo[li].name);
+            if (epyq_numa_opts_set(&o->numa, flag, optarg, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq logits: %s\n", e.msg), 2;
+            o->use_numa = true;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq logits: bad option (try --help)\n"); return 2;
         }
     }
     if (optind < argc) return fprintf(stderr, "epyq logits: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
+    o->numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
     return -1;
 }

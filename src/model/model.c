@@ -26,6 +26,8 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
 
 static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w *mw, int32_t e,
                                epyq_err *err) {
+    /* NUMA mode: int4 experts past 0 are packed on their nodes (numa_moe.c) */
+    if (e > 0 && m->numa_experts && mr->gate[0].q4) return EPYQ_OK;
     TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
     TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
     TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
@@ -134,6 +136,7 @@ static void layer_free(const epyq_model *m, epyq_layer_rw *ly) {
 
 void epyq_model_free(epyq_model *m) {
     if (!m) return;
+    epyq_model_numa_free(m);
     if (m->layers)
         for (int32_t l = 0; l < m->L; l++) layer_free(m, &m->layers[l]);
     layer_free(m, &m->mtp);
@@ -215,8 +218,10 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     }
     if (st == EPYQ_OK) {
         m->n_threads = epyq_pool_size(m->pool);
+        m->numa_experts = o.numa && o.numa->mode != EPYQ_NUMA_OFF;
         st = model_build(m, err);
     }
+    if (st == EPYQ_OK && m->numa_experts) st = epyq_model_numa_load(m, o.numa, o.moe_slice, err);
     if (st != EPYQ_OK) {
         epyq_model_free(m);
         return st;

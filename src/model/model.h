@@ -23,6 +23,7 @@
 #include "kernels-x86/kern.h"
 #include "load/config.h"
 #include "load/weights.h"
+#include "numa/plan.h"
 
 typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
 
@@ -48,6 +49,12 @@ typedef struct {
      * plain C, so recurrent is faster here: 128-token prefill of a 4-layer 35b-a3b-shaped ct
      * model, 1 thread, CPU time: 80 tokens/s recurrent, 53 chunked. */
     int32_t gdn_chunk_min;
+    /* NUMA placement (src/model/numa_moe.h): NULL or mode off = one pool, no binding. Else the
+     * plan's per-node pools run the routed experts, packed on their nodes. Kept by pointer. */
+    const epyq_numa_opts *numa;
+    /* NUMA MoE: intermediate rows per dispatch unit (a multiple of the int4 group size), part
+     * of the numerics; 0 = 128. moe_intermediate_size gives --numa off's bits exactly. */
+    int32_t moe_slice;
 } epyq_model_opts;
 
 typedef struct epyq_model epyq_model;

@@ -72,6 +72,10 @@ struct epyq_model {
     epyq_rlin mtp_fc;                /* [H][2H] */
     float *mtp_norm_e, *mtp_norm_h, *mtp_norm; /* [H] */
     epyq_layer_rw mtp;               /* slot = n_attn (its KV cache follows the trunk's) */
+    /* NUMA mode (numa_moe.c): routed int4 experts live on their plan group's node. While
+     * numa_experts is set, model.c packs only expert 0 of each layer; NULL numa = one pool. */
+    bool numa_experts;
+    struct epyq_model_numa *numa;
 };
 
 struct epyq_seq {
@@ -135,5 +139,17 @@ void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_
 void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
                     const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
                     int32_t dv, float *o, int32_t ld_o);
+
+/* ---- numa_moe.c: routed experts placed on NUMA nodes (numa_moe.h) */
+typedef struct epyq_model_numa epyq_model_numa;
+/* After model_build: plan, per-node pools, experts packed on their nodes, dispatch. slice:
+ * intermediate rows per unit, 0 = 128. */
+epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t slice, epyq_err *err);
+void epyq_model_numa_free(epyq_model *m); /* before the layers are freed */
+/* Plan layer of mw when its routed experts are placed (trunk l, MTP = L), else -1. */
+int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw);
+/* y [T][ldy] (columns [0, H)) = the routed experts' sum for each token, in top-k order. */
+epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
+                              const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err);
 
 #endif

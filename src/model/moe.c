@@ -157,7 +157,9 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                 ent_tok[at] = t, ent_row[at] = t * S + K, ent_w[at] = sg[t];
             }
             int32_t nt = 0;
-            for (int32_t e = 0; e <= E; e++)
+            /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
+            int32_t numa_layer = epyq_moe_numa_layer(m, mw);
+            for (int32_t e = numa_layer >= 0 ? E : 0; e <= E; e++)
                 for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
                     int32_t n = e_off[e + 1] - e_off[e] - off;
                     tasks[nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
@@ -165,6 +167,9 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
             moe_job j = {m, mw, x, ent_tok, ent_row, ent_w, e_off, tasks, ys, 0};
             epyq_pool_run(m->pool, moe_task, &j, nt);
             if (atomic_load(&j.failed)) st = epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
+            /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
+            if (st == EPYQ_OK && numa_layer >= 0)
+                st = epyq_moe_numa_run(m, numa_layer, mw, T, x, sel, wt, ys, S * H, err);
         }
         free(fill);
     }

@@ -1,0 +1,335 @@
+/* src/model/numa_moe.c — routed experts on their plan group's node, and the MoE dispatch
+ * that runs them there (see numa_moe.h).
+ *
+ * Loading: model.c packs only expert 0 of each layer (it fixes the int4 group size and shows
+ * the experts' kind) when a NUMA mode is on. Here every group gets one node-bound buffer for
+ * all of its experts, sized before anything is touched; the group's pinned workers then pack
+ * its experts (epyq_rlin_load, the same conversion as the single-pool path) and copy the
+ * packed bytes into their slots, so each page is first written on its node and, bound with
+ * MPOL_BIND, cannot land anywhere else. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "model/model_impl.h"
+#include "model/numa_moe.h"
+#include "numa/dispatch.h"
+#include "numa/place.h"
+
+#define UNIT_TOKENS 32   /* tokens per dispatch unit: moe.c's MOE_CHUNK, for equal numerics */
+#define BATCH_TOKENS 256 /* tokens per dispatch run: bounds its scratch [slices][256 * top_k][H] */
+
+struct epyq_model_numa {
+    epyq_numa_setup *setup;
+    epyq_moe_dispatch *disp;
+    int32_t n_groups;
+    int32_t n_layers;        /* trunk layers, + 1 for the MTP layer when loaded with int4 experts */
+    int32_t slice;           /* intermediate rows per unit (multiple of the int4 group size) */
+    char name[64];           /* the model as the placement table names it */
+    epyq_numa_buf *bufs;     /* [n_groups] the routed experts of each group, all layers */
+    size_t *used;            /* [n_groups] bytes of bufs[g] holding experts */
+};
+
+/* The MoE weights of plan layer l: trunk layers, then the MTP layer. */
+static epyq_moe_rw *layer_rw(epyq_model *m, int32_t l) { return l < m->L ? &m->layers[l].m : &m->mtp.m; }
+static const epyq_moe_w *layer_w(const epyq_model *m, int32_t l) {
+    return l < m->L ? &m->w->layers[l].moe : &m->w->mtp.layer.moe;
+}
+
+/* Packed bytes of one linear, the most its packing can take (asymmetric only when the
+ * scheme has zero points), rounded to the kernels' 64-byte alignment. */
+static size_t slot_bytes(const epyq_linear *src) {
+    size_t b = epyq_w4_pack_bytes((int32_t)src->n_out, (int32_t)src->n_in, src->scheme.group_size,
+                                  src->scheme.sym ? 0 : 1);
+    return (b + 63) & ~(size_t)63;
+}
+
+static size_t expert_slot_bytes(const epyq_moe_w *mw, int32_t e) {
+    return slot_bytes(&mw->gate[e]) + slot_bytes(&mw->up[e]) + slot_bytes(&mw->down[e]);
+}
+
+int32_t epyq_model_numa_groups(const epyq_model *m) { return m->numa ? m->numa->n_groups : 0; }
+
+int32_t epyq_model_numa_units(const epyq_model *m, int32_t group) {
+    return m->numa ? epyq_moe_dispatch_units(m->numa->disp, group) : -1;
+}
+
+int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw) {
+    if (!m->numa) return -1;
+    for (int32_t l = 0; l < m->numa->n_layers; l++)
+        if (layer_rw((epyq_model *)m, l) == mw) return l;
+    return -1;
+}
+
+static bool placed(const epyq_model_numa *n, const void *p) {
+    for (int32_t g = 0; p && g < n->n_groups; g++) {
+        const uint8_t *b = n->bufs[g].ptr;
+        if (b && (const uint8_t *)p >= b && (const uint8_t *)p < b + n->bufs[g].len) return true;
+    }
+    return false;
+}
+
+void epyq_model_numa_free(epyq_model *m) {
+    epyq_model_numa *n = m->numa;
+    if (!n) return;
+    /* placed experts' memory belongs to the buffers, not to the rlins (after a failed load
+     * some experts may still own heap memory: those are left to layer_free) */
+    for (int32_t l = 0; n->bufs && l < n->n_layers; l++) {
+        epyq_moe_rw *mr = layer_rw(m, l);
+        for (int32_t e = 0; mr->gate && e < m->E; e++) {
+            epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
+            for (int32_t i = 0; i < 3; i++)
+                if (placed(n, lin[i]->w4.mem)) memset(lin[i], 0, sizeof *lin[i]);
+        }
+    }
+    for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
+    free(n->bufs), free(n->used);
+    epyq_moe_dispatch_free(n->disp);
+    epyq_numa_setup_free(n->setup);
+    free(n);
+    m->numa = NULL;
+}
+
+/* ---- loading */
+
+typedef struct {
+    epyq_model *m;
+    int32_t group;
+    const int32_t *list;     /* [n] plan index l * E + e of each expert of the group */
+    const size_t *off;       /* [n_layers * E] byte offset of each expert in its group's buffer */
+    uint8_t *base;           /* the group's buffer */
+    epyq_err *errs;          /* [n_layers * E] */
+} pack_job;
+
+/* Move one packed linear into its slot; the heap copy is freed. */
+static void place_lin(epyq_rlin *r, uint8_t *slot) {
+    size_t b = epyq_w4_pack_bytes(r->w4.n, r->w4.k, r->w4.gs, r->w4.asym);
+    memcpy(slot, r->w4.mem, b);
+    free(r->w4.mem);
+    r->w4.mem = slot;
+}
+
+static void pack_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    pack_job *j = ctx;
+    epyq_model *m = j->m;
+    int32_t id = j->list[task], l = id / m->E, e = id % m->E;
+    epyq_moe_rw *mr = layer_rw(m, l);
+    const epyq_moe_w *mw = layer_w(m, l);
+    epyq_err *err = &j->errs[id];
+    /* expert 0 was packed by model.c (it fixed the group size); the rest are packed here */
+    if (e > 0) {
+        if (epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err) != EPYQ_OK ||
+            epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err) != EPYQ_OK ||
+            epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err) != EPYQ_OK)
+            return;
+    }
+    epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
+    const epyq_linear *src[3] = {&mw->gate[e], &mw->up[e], &mw->down[e]};
+    if (!lin[0]->q4 || !lin[1]->q4 || !lin[2]->q4 || lin[1]->n != lin[0]->n || lin[2]->k != lin[0]->n) {
+        epyq_err_set(err, EPYQ_E_UNSUPPORTED, "%s: NUMA placement needs int4 gate/up/down of one intermediate size",
+                     mw->gate[e].module);
+        return;
+    }
+    uint8_t *slot = j->base + j->off[id];
+    for (int32_t i = 0; i < 3; i++) {
+        place_lin(lin[i], slot);
+        slot += slot_bytes(src[i]);
+    }
+}
+
+static void pack_start(epyq_pool *p, bool driver, pack_job *j, int32_t n) {
+    if (!n) return;
+    if (driver) epyq_pool_run(p, pack_task, j, n);
+    else epyq_pool_start(p, pack_task, j, n);
+}
+
+/* Size, allocate (bound) and fill every group's expert buffer. */
+static epyq_status place_experts(epyq_model *m, epyq_err *err) {
+    epyq_model_numa *n = m->numa;
+    const epyq_numa_plan *plan = n->setup->plan;
+    const int32_t G = n->n_groups, E = m->E;
+    const size_t ids = (size_t)n->n_layers * (size_t)E;
+    size_t *off = malloc(ids * sizeof *off);
+    int32_t *list = malloc(ids * sizeof *list), *count = calloc((size_t)G + 1, sizeof *count);
+    epyq_err *errs = calloc(ids, sizeof *errs);
+    pack_job *jobs = calloc((size_t)G, sizeof *jobs);
+    n->bufs = calloc((size_t)G, sizeof *n->bufs);
+    n->used = calloc((size_t)G, sizeof *n->used);
+    epyq_status st = off && list && count && errs && jobs && n->bufs && n->used
+                         ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts: out of memory");
+    /* offsets inside each group's buffer, and each group's experts as one list (counting sort) */
+    for (size_t id = 0; st == EPYQ_OK && id < ids; id++) {
+        int32_t g = plan->expert_group[id];
+        off[id] = n->used[g];
+        size_t b = expert_slot_bytes(layer_w(m, (int32_t)(id / (size_t)E)), (int32_t)(id % (size_t)E));
+        if (!epyq_add_size(n->used[g], b, &n->used[g]))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts of node %d: size overflows", (int)g);
+        count[g + 1]++;
+    }
+    for (int32_t g = 0; st == EPYQ_OK && g < G; g++) count[g + 1] += count[g];
+    for (size_t id = 0; st == EPYQ_OK && id < ids; id++)
+        list[count[plan->expert_group[id]]++] = (int32_t)id; /* count[g] becomes the end of g */
+    for (int32_t g = 0; st == EPYQ_OK && g < G; g++) {
+        const epyq_numa_group *gr = &plan->groups[g];
+        st = epyq_numa_buf_alloc(&n->bufs[g], n->used[g] ? n->used[g] : 1, plan->bind_memory ? gr->os_index : -1,
+                                 err);
+        if (st != EPYQ_OK) epyq_err_prefix(err, "routed experts of node %d (%.2f GiB): ", (int)gr->node,
+                                           (double)n->used[g] / (1 << 30));
+        int32_t first = g ? count[g - 1] : 0;
+        jobs[g] = (pack_job){m, g, list + first, off, st == EPYQ_OK ? n->bufs[g].ptr : NULL, errs};
+    }
+    if (st == EPYQ_OK) {
+        /* every group packs its own experts on its own workers, all groups at once */
+        epyq_pool **pools = n->setup->rt->pools;
+        for (int32_t g = 1; g < G; g++) pack_start(pools[g], false, &jobs[g], count[g] - count[g - 1]);
+        pack_start(pools[0], true, &jobs[0], count[0]);
+        for (int32_t g = 1; g < G; g++)
+            if (count[g] > count[g - 1]) epyq_pool_wait(pools[g]);
+        for (size_t id = 0; id < ids; id++)
+            if (errs[id].code != EPYQ_OK) { /* the lowest failing expert, whatever the timing */
+                *err = errs[id];
+                st = err->code;
+                break;
+            }
+    }
+    free(off), free(list), free(count), free(errs), free(jobs);
+    return st;
+}
+
+static void log_verify(const epyq_model *m) {
+    size_t pages = 0, elsewhere = 0;
+    epyq_err verr = {0};
+    const epyq_numa_plan *plan = m->numa->setup->plan;
+    if (!plan->bind_memory) return;
+    if (epyq_model_numa_verify(m, &pages, &elsewhere, &verr) != EPYQ_OK)
+        fprintf(stderr, "warning: %s\n", verr.msg);
+    else
+        fprintf(stderr, "numa: routed experts verified with move_pages: %zu pages, all on their nodes\n", pages);
+}
+
+epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *elsewhere, epyq_err *err) {
+    *pages = *elsewhere = 0;
+    if (!m->numa) return epyq_err_set(err, EPYQ_E_ARG, "NUMA verify: the model was loaded without a NUMA mode");
+    const epyq_model_numa *n = m->numa;
+    const epyq_numa_plan *plan = n->setup->plan;
+    epyq_status first = EPYQ_OK;
+    for (int32_t g = 0; plan->bind_memory && g < n->n_groups; g++) {
+        char what[64];
+        snprintf(what, sizeof what, "routed experts of node %d", (int)plan->groups[g].node);
+        epyq_numa_verify_report rep;
+        epyq_err e = {0};
+        int32_t node = plan->groups[g].os_index;
+        epyq_status st = epyq_numa_verify(n->bufs[g].ptr, n->used[g], &node, 1, what, &rep, &e);
+        *pages += rep.pages, *elsewhere += rep.elsewhere;
+        if (st != EPYQ_OK && first == EPYQ_OK) {
+            first = st;
+            *err = e;
+        }
+    }
+    return first;
+}
+
+/* What the plan needs to know of this model: sizes as they will sit in memory. */
+static void numa_model_desc(const epyq_model *m, epyq_numa_model *d) {
+    const epyq_moe_w *mw = layer_w(m, 0);
+    epyq_model_numa *n = m->numa;
+    memset(d, 0, sizeof *d);
+    snprintf(n->name, sizeof n->name, "%d layers x %d experts, %s int4 g%d", (int)m->L, (int)m->E,
+             epyq_qformat_name(m->c->qformat), (int)m->gs);
+    d->name = n->name;
+    d->n_layers = n->n_layers;
+    d->n_experts = m->E;
+    d->top_k = m->topk;
+    d->expert_bytes = expert_slot_bytes(mw, 0);
+    /* everything else a token reads, plus one embedding copy (bf16) */
+    uint64_t routed = (uint64_t)m->L * (uint64_t)m->topk * d->expert_bytes;
+    uint64_t active = epyq_model_active_bytes(m);
+    d->dense_bytes = (active > routed ? active - routed : 0) + (uint64_t)m->V * (uint64_t)m->H * 2u;
+}
+
+epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t slice, epyq_err *err) {
+    if (!m->layers[0].m.gate[0].q4)
+        return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                            "%s: --numa places int4 routed experts; this checkpoint's experts are 16-bit "
+                            "(use --numa off)", layer_w(m, 0)->gate[0].module);
+    slice = slice > 0 ? slice : 128;
+    if (slice % m->gs || m->I % m->gs)
+        return epyq_err_set(err, EPYQ_E_ARG, "MoE slice of %d rows: expected a multiple of the int4 group size %d",
+                            (int)slice, (int)m->gs);
+    if (slice > m->I) slice = m->I;
+    epyq_model_numa *n = calloc(1, sizeof *n);
+    if (!n) return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
+    m->numa = n;
+    /* the MTP layer's experts are placed too when int4 (some checkpoints keep them 16-bit:
+     * those stay on the single-pool path) */
+    n->n_layers = m->L + (m->has_mtp && m->mtp.m.gate[0].q4 ? 1 : 0);
+    n->slice = slice;
+    epyq_numa_model desc;
+    numa_model_desc(m, &desc);
+    epyq_status st = epyq_numa_setup_create(&n->setup, &desc, o, stderr, err);
+    if (st == EPYQ_OK) {
+        n->n_groups = n->setup->plan->n_groups;
+        st = place_experts(m, err);
+    }
+    if (st == EPYQ_OK) {
+        epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS, .top_k = m->topk,
+                              .n_slices = (m->I + slice - 1) / slice, .width = m->H,
+                              .max_unit_tokens = UNIT_TOKENS};
+        st = epyq_moe_dispatch_create(&n->disp, n->setup->rt, &dims, err);
+    }
+    if (st == EPYQ_OK) log_verify(m);
+    return st; /* on failure the caller frees the model, and with it n */
+}
+
+/* ---- running */
+
+typedef struct {
+    const epyq_model *m;
+    const epyq_moe_rw *mw;
+    const float *x;          /* [tokens of this run][H] normed input */
+    atomic_int failed;
+} unit_job;
+
+/* One unit: its tokens' rows through intermediate slice [i0, i1) of the fused expert kernel,
+ * exactly as moe.c's moe_task runs a whole expert (same gather, activations and path). */
+static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo, int32_t group, int32_t worker) {
+    (void)group, (void)worker;
+    unit_job *j = ctx;
+    const epyq_model *m = j->m;
+    const epyq_moe_rw *mw = j->mw;
+    const int32_t H = m->H, n = u->n_tokens, sl = (m->I + u->n_slices - 1) / u->n_slices;
+    const int32_t i0 = u->slice * sl, i1 = i0 + sl < m->I ? i0 + sl : m->I;
+    const epyq_rlin *gate = &mw->gate[u->expert], *up = &mw->up[u->expert], *down = &mw->down[u->expert];
+    float *xg = malloc((size_t)n * H * sizeof(float));
+    void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, m->path), 1);
+    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, H), 1);
+    if (xg && abuf && scratch) {
+        for (int32_t r = 0; r < n; r++)
+            memcpy(xg + (size_t)r * H, j->x + (size_t)u->tokens[r] * H, (size_t)H * sizeof(float));
+        epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = m->path, .f32 = xg, .buf = NULL};
+        m->kt->act_prep(&xa, xg, n, H, m->gs, m->path, abuf);
+        m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, i0, i1, &xa, u->weights, out, ldo, scratch);
+    } else {
+        atomic_store(&j->failed, 1);
+    }
+    free(xg), free(abuf), free(scratch);
+}
+
+epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
+                              const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err) {
+    const int32_t K = m->topk, H = m->H;
+    for (int32_t t0 = 0; t0 < T; t0 += BATCH_TOKENS) {
+        int32_t n = T - t0 < BATCH_TOKENS ? T - t0 : BATCH_TOKENS;
+        unit_job j = {m, mw, x + (size_t)t0 * H, 0};
+        epyq_status st = epyq_moe_dispatch_run(m->numa->disp, layer, n, sel + (size_t)t0 * K, wt + (size_t)t0 * K,
+                                               unit_run, &j, y + (size_t)t0 * ldy, ldy, false, err);
+        if (st != EPYQ_OK) return st;
+        if (atomic_load(&j.failed))
+            return epyq_err_set(err, EPYQ_E_NOMEM, "MoE layer %d on the NUMA nodes: out of memory", (int)layer);
+    }
+    return EPYQ_OK;
+}

@@ -1,0 +1,38 @@
+/* src/model/numa_moe.h — the runtime model on a NUMA plan: routed experts packed on the node
+ * that runs them, and the MoE of a batch dispatched to those nodes.
+ *
+ * Promise: when epyq_model_opts.numa asks for a NUMA mode other than off, epyq_model_load()
+ * makes the plan and the per-node pools (epyq_numa_setup_create, which prints the placement
+ * table on stderr), packs every routed int4 expert of the trunk and the MTP layer into memory
+ * bound to its plan group's node, on that group's pinned workers, and checks with move_pages
+ * where the pages landed. The routed experts of every batch then run through
+ * epyq_moe_dispatch_run in units of (expert, intermediate slice of moe_slice rows, <= 32
+ * tokens). The slice width is a model option, never derived from threads or nodes, so the
+ * logits are bit-identical for any --numa-split and thread count. With moe_slice equal to
+ * moe_intermediate_size (one slice) they are also bit-identical to --numa off: the units are
+ * then the single-pool path's (expert, 32-token chunk) tasks, summed in the same order.
+ * Dense weights stay where the single-pool loader put them (first touch by the loading
+ * threads); they are not interleaved or replicated yet. */
+#ifndef EPYQ_MODEL_NUMA_MOE_H
+#define EPYQ_MODEL_NUMA_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+typedef struct epyq_model epyq_model;
+
+/* Where the placed experts' pages are, asked of the kernel now (move_pages). pages: pages
+ * checked over all groups; elsewhere: pages on a node other than their group's. Returns
+ * EPYQ_E_NUMA naming the first group with a misplaced page, EPYQ_E_ARG for a model loaded
+ * without a NUMA mode. A plan that binds no memory (--numa numactl) checks nothing. */
+epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *elsewhere, epyq_err *err);
+
+/* Plan groups (logical nodes) the model runs on; 0 when loaded without a NUMA mode. */
+int32_t epyq_model_numa_groups(const epyq_model *m);
+
+/* Routed-expert units each group ran in the last MoE layer (tests); -1 for a bad group. */
+int32_t epyq_model_numa_units(const epyq_model *m, int32_t group);
+
+#endif

@@ -1,0 +1,224 @@
+/* tests/unit/test_model_numa.c — the forward pass on a NUMA plan (src/model/numa_moe.h).
+ *
+ * On a synthetic int4 model whose experts have 4 slices of 128 intermediate rows, the logits
+ * of a prompt and of decode steps must be bit-identical for --numa-split 1, 2 and 4, through
+ * the API and through `epyq logits`; with one slice per expert they must equal --numa off's
+ * bits; every logical node must run experts; move_pages must find every expert page on its
+ * node; a request for a node that does not exist must fail with a message naming it. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "core/util.h"
+#include "model/model.h"
+#include "model/numa_moe.h"
+#include "synth/synth.h"
+#include "tests/testutil.h"
+
+#define N_PROMPT 6
+#define N_DECODE 3
+#define INTER 512 /* routed experts' intermediate size: 4 slices of 128 */
+
+static char *model_dir; /* the synthetic checkpoint, written once */
+
+/* A tiny ct checkpoint with wider experts, so the NUMA units really slice them. */
+static void write_model(void) {
+    if (model_dir) return;
+    model_dir = epyq_test_tmpdir();
+    ck_assert_ptr_nonnull(model_dir);
+    epyq_err err = {0};
+    epyq_synth_opts o = {0};
+    o.out_dir = model_dir;
+    o.format = (epyq_synth_format)epyq_synth_format_parse("ct");
+    o.seed = 11;
+    epyq_synth_stats st;
+    ck_assert_msg(epyq_synth_dims_init(&o.dims, "tiny", 0, 0, 0, &err) == EPYQ_OK, "%s", err.msg);
+    o.dims.moe_inter = INTER;
+    ck_assert_msg(epyq_synth_write(&o, &st, &err) == EPYQ_OK, "%s", err.msg);
+}
+
+/* Prompt logits, then greedy decode steps: [N_PROMPT + N_DECODE][vocab]. numa NULL = off. */
+static float *run(const epyq_numa_opts *numa, int32_t slice, int32_t *vocab, int32_t *groups) {
+    epyq_err err = {0};
+    epyq_model *m = NULL;
+    epyq_model_opts mo = {.n_threads = 2, .skip_mtp = true, .numa = numa, .moe_slice = slice};
+    ck_assert_msg(epyq_model_load(&m, model_dir, &mo, &err) == EPYQ_OK, "%s", err.msg);
+    int32_t V = epyq_model_config(m)->vocab_size;
+    *vocab = V;
+    float *lg = malloc((size_t)(N_PROMPT + N_DECODE) * V * sizeof(float));
+    ck_assert_ptr_nonnull(lg);
+    epyq_seq *s = NULL;
+    ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
+    int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41};
+    epyq_seq *seqs[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
+    epyq_batch b = {N_PROMPT, seqs, tok, NULL};
+    ck_assert_msg(epyq_model_forward(m, &b, lg, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    for (int d = 0; d < N_DECODE; d++) {
+        const float *prev = lg + (size_t)(N_PROMPT - 1 + d) * V;
+        int32_t t = 0;
+        for (int32_t i = 1; i < V; i++) t = prev[i] > prev[t] ? i : t;
+        epyq_batch b1 = {1, seqs, &t, NULL};
+        ck_assert_msg(epyq_model_forward(m, &b1, lg + (size_t)(N_PROMPT + d) * V, NULL, &err) == EPYQ_OK, "%s",
+                      err.msg);
+    }
+    *groups = epyq_model_numa_groups(m);
+    /* the last decode step's routed work reached every logical node (16 experts, top-8) */
+    for (int32_t g = 0; numa && g < *groups; g++)
+        ck_assert_msg(epyq_model_numa_units(m, g) > 0, "node %d of %d ran no expert", (int)g, (int)*groups);
+    epyq_seq_free(s);
+    epyq_model_free(m);
+    return lg;
+}
+
+static epyq_numa_opts split_opts(int32_t split) {
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.split = split; /* threads: the default, one per core of each logical node (they share cores) */
+    return o;
+}
+
+START_TEST(test_split_bit_identical) {
+    write_model();
+    int32_t V, G;
+    float *off = run(NULL, 0, &V, &G);
+    ck_assert_int_eq(G, 0);
+    size_t bytes = (size_t)(N_PROMPT + N_DECODE) * V * sizeof(float);
+    float *base = NULL;
+    const int32_t splits[] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        epyq_numa_opts o = split_opts(splits[i]);
+        float *lg = run(&o, 128, &V, &G);
+        ck_assert_int_eq(G, splits[i]);
+        if (!base) {
+            base = lg;
+            /* 4 slices sum the down projection in another order than one pass: close to off,
+             * not equal; the bound is far below any logit margin of this model */
+            double worst = 0;
+            for (size_t k = 0; k < bytes / sizeof(float); k++) worst = fmax(worst, fabs(lg[k] - off[k]));
+            ck_assert_msg(worst < 1e-3, "4-slice logits differ from --numa off by %g", worst);
+            continue;
+        }
+        ck_assert_msg(!memcmp(lg, base, bytes), "--numa-split %d logits differ from --numa-split 1", (int)splits[i]);
+        free(lg);
+    }
+    /* one slice per expert: the single-pool path's units and sums, so its exact bits */
+    for (int i = 0; i < 3; i++) {
+        epyq_numa_opts o = split_opts(splits[i]);
+        float *lg = run(&o, INTER, &V, &G);
+        ck_assert_msg(!memcmp(lg, off, bytes), "--numa-split %d with whole experts differs from --numa off",
+                      (int)splits[i]);
+        free(lg);
+    }
+    free(base), free(off);
+}
+END_TEST
+
+START_TEST(test_placement_verified) {
+    write_model();
+    epyq_err err = {0};
+    epyq_model *m = NULL;
+    epyq_numa_opts o = split_opts(2);
+    epyq_model_opts mo = {.n_threads = 2, .skip_mtp = true, .numa = &o};
+    ck_assert_msg(epyq_model_load(&m, model_dir, &mo, &err) == EPYQ_OK, "%s", err.msg);
+    size_t pages = 0, elsewhere = 0;
+    ck_assert_msg(epyq_model_numa_verify(m, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
+    /* 4 layers x 16 experts x 3 x 512 x 256 nibbles, plus scales: at least 384 KiB */
+    ck_assert_msg(pages >= 96, "only %zu pages checked", pages);
+    ck_assert_uint_eq(elsewhere, 0);
+    epyq_model_free(m);
+
+    /* without a NUMA mode there is nothing to verify, and the call says so */
+    ck_assert_int_eq(epyq_model_load(&m, model_dir, &(epyq_model_opts){.n_threads = 1}, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_model_numa_verify(m, &pages, &elsewhere, &err), EPYQ_E_ARG);
+    ck_assert_int_eq(epyq_model_numa_groups(m), 0);
+    epyq_model_free(m);
+}
+END_TEST
+
+START_TEST(test_missing_node_error) {
+    write_model();
+    epyq_err err = {0};
+    epyq_model *m = NULL;
+    epyq_numa_opts o = split_opts(2);
+    o.nodes = "5";
+    epyq_model_opts mo = {.n_threads = 2, .skip_mtp = true, .numa = &o};
+    ck_assert_int_ne(epyq_model_load(&m, model_dir, &mo, &err), EPYQ_OK);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err.msg, "node 5"), "message does not name the node: %s", err.msg);
+    ck_assert_ptr_null(strchr(err.msg, '\n'));
+}
+END_TEST
+
+/* `epyq logits` with a flag string; returns its exit status, logits in `out`. */
+static int cli(const char *flags, const char *out, const char *errfile) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' logits -m '%s' --ids 5,77,300,12 -n 2 -o '%s' %s >/dev/null 2>'%s'",
+             epyq_test_bin(), model_dir, out, flags, errfile);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    char *buf = NULL;
+    epyq_err err = {0};
+    ck_assert_msg(epyq_file_read(path, 1 << 24, &buf, len, &err) == EPYQ_OK, "%s", err.msg);
+    return buf;
+}
+
+START_TEST(test_cli_splits) {
+    write_model();
+    char out[4096], errf[4096];
+    snprintf(errf, sizeof errf, "%s/stderr.txt", model_dir);
+    size_t n0 = 0, n = 0;
+    char *first = NULL;
+    const char *flags[] = {"--numa-split 1", "--numa-split 2", "--numa-split 4 --numa distribute"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out, sizeof out, "%s/logits%d.f32", model_dir, i);
+        ck_assert_int_eq(cli(flags[i], out, errf), 0);
+        char *b = slurp(out, &n);
+        if (!first) {
+            first = b, n0 = n;
+            ck_assert_uint_eq(n0, (size_t)6 * 1024 * sizeof(float));
+            continue;
+        }
+        ck_assert_msg(n == n0 && !memcmp(b, first, n), "epyq logits %s differs from %s", flags[i], flags[0]);
+        free(b);
+    }
+    /* the placement table went to stderr */
+    size_t el = 0;
+    char *e = slurp(errf, &el);
+    ck_assert_msg(el && strstr(e, "NUMA plan") && strstr(e, "move_pages"), "no placement table on stderr");
+    free(e);
+    /* a node that is not there: runtime failure, one line */
+    snprintf(out, sizeof out, "%s/bad.f32", model_dir);
+    ck_assert_int_eq(cli("--numa-split 2 --nodes 3", out, errf), 1);
+    e = slurp(errf, &el);
+    ck_assert_msg(strstr(e, "epyq: ") && strstr(e, "node 3"), "unclear error: %s", e);
+    free(e);
+    /* a bad mode is a usage error */
+    ck_assert_int_eq(cli("--numa sideways", out, errf), 2);
+    free(first);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model_numa");
+    TCase *tc = tcase_create("numa");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_split_bit_identical);
+    tcase_add_test(tc, test_placement_verified);
+    tcase_add_test(tc, test_missing_node_error);
+    tcase_add_test(tc, test_cli_splits);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    free(model_dir);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
