@@ -3,6 +3,7 @@
  * All rounding is ties-to-even, like torch.round. */
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/util.h"
 #include "synth/synth_int.h"
@@ -117,9 +118,18 @@ void synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_t g, 
 void synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out) {
     /* word (row, c): slot j = q[row][8c + j]; q is already the signed code + 8 */
     const uint8_t *p = q + (size_t)row * (size_t)k;
-    for (int32_t c = 0; c < (k + 7) / 8; c++) {
+    int32_t c = 0;
+    for (; 8 * c + 8 <= k; c++) {
+        /* eight code bytes (little-endian u64) folded into eight nibbles, byte j -> slot j */
+        uint64_t v;
+        memcpy(&v, p + 8 * c, 8);
+        v = (v | (v >> 4)) & 0x00FF00FF00FF00FFull;
+        v = (v | (v >> 8)) & 0x0000FFFF0000FFFFull;
+        out[c] = (uint32_t)(v | (v >> 16));
+    }
+    for (; c < (k + 7) / 8; c++) { /* a partial last word is zero-padded */
         uint32_t w = 0;
-        for (int j = 0; j < 8 && 8 * c + j < k; j++) w |= (uint32_t)p[8 * c + j] << (4 * j);
+        for (int j = 0; 8 * c + j < k; j++) w |= (uint32_t)p[8 * c + j] << (4 * j);
         out[c] = w;
     }
 }
