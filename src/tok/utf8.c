@@ -34,6 +34,7 @@ static int lead_info(uint8_t b, uint8_t *lo, uint8_t *hi) {
 }
 
 size_t tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out) {
+    if (n == 0) return 0; /* s may be NULL then */
     size_t i = 0, run = 0; /* s[run, i) is valid and not yet copied */
     while (i < n) {
         if (s[i] < 0x80) {
