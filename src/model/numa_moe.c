@@ -6,7 +6,10 @@
  * all of its experts, sized before anything is touched; the group's pinned workers then pack
  * its experts (epyq_rlin_load, the same conversion as the single-pool path) and copy the
  * packed bytes into their slots, so each page is first written on its node and, bound with
- * MPOL_BIND, cannot land anywhere else. */
+ * MPOL_BIND, cannot land anywhere else. The dense linears (projections, router, shared expert,
+ * lm_head, MTP fc) are then moved into one buffer interleaved page by page over the plan's
+ * nodes. With replicate-dense they are interleaved too: per-node copies would need each
+ * node's threads to read their own copy, which the dense GEMMs (one pool) cannot yet do. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,8 @@ struct epyq_model_numa {
     char name[64];           /* the model as the placement table names it */
     epyq_numa_buf *bufs;     /* [n_groups] the routed experts of each group, all layers */
     size_t *used;            /* [n_groups] bytes of bufs[g] holding experts */
+    epyq_numa_buf dense;     /* the dense linears, interleaved; len 0 when the plan binds nothing */
+    size_t dense_used;
 };
 
 /* The MoE weights of plan layer l: trunk layers, then the MTP layer. */
@@ -65,11 +70,93 @@ int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw) {
 }
 
 static bool placed(const epyq_model_numa *n, const void *p) {
+    const uint8_t *d = n->dense.ptr;
+    if (p && d && (const uint8_t *)p >= d && (const uint8_t *)p < d + n->dense.len) return true;
     for (int32_t g = 0; p && g < n->n_groups; g++) {
         const uint8_t *b = n->bufs[g].ptr;
         if (b && (const uint8_t *)p >= b && (const uint8_t *)p < b + n->bufs[g].len) return true;
     }
     return false;
+}
+
+/* The dense linears: every projection of every layer (MTP layer included), router, shared
+ * expert, lm_head and MTP fc; out may be NULL to count. */
+#define DENSE_MAX 4096
+static void add_layer(epyq_layer_rw *ly, epyq_rlin **out, int32_t *n) {
+    epyq_rlin *l[] = {&ly->at.q, &ly->at.k, &ly->at.v, &ly->at.o, &ly->g.qkv, &ly->g.z, &ly->g.b, &ly->g.a,
+                      &ly->g.out, &ly->m.router, &ly->m.sh_gate, &ly->m.sh_up, &ly->m.sh_down,
+                      &ly->m.sh_expert_gate};
+    for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
+        if (l[i]->n > 0 && *n < DENSE_MAX) out[(*n)++] = l[i]; /* unused kinds are all zero */
+}
+
+static int32_t dense_lins(epyq_model *m, epyq_rlin **out) {
+    int32_t n = 0;
+    for (int32_t l = 0; l < m->L; l++) add_layer(&m->layers[l], out, &n);
+    if (m->has_mtp) add_layer(&m->mtp, out, &n);
+    if (m->lm_head.n > 0 && n < DENSE_MAX) out[n++] = &m->lm_head;
+    if (m->mtp_fc.n > 0 && n < DENSE_MAX) out[n++] = &m->mtp_fc;
+    return n;
+}
+
+static size_t lin_raw_bytes(const epyq_rlin *l) {
+    return l->q4 ? epyq_w4_pack_bytes(l->w4.n, l->w4.k, l->w4.gs, l->w4.asym)
+                 : (size_t)l->n * (size_t)l->k * sizeof(uint16_t);
+}
+
+static size_t lin_bytes(const epyq_rlin *l) { return (lin_raw_bytes(l) + 63) & ~(size_t)63; }
+
+static void *lin_mem(const epyq_rlin *l) { return l->q4 ? l->w4.mem : (void *)l->bf16; }
+
+typedef struct {
+    epyq_rlin **lin;
+    const size_t *off;       /* [n + 1] byte offset of each linear in the buffer */
+    int32_t n;
+} dense_copy;
+
+/* Bytes [offset, offset + len) of the dense buffer: the overlapping parts of the linears. */
+static epyq_status dense_fill(void *ctx, uint8_t *dst, size_t offset, size_t len, epyq_err *err) {
+    (void)err;
+    const dense_copy *c = ctx;
+    memset(dst, 0, len);
+    for (int32_t i = 0; i < c->n; i++) {
+        size_t a = c->off[i], b = a + lin_raw_bytes(c->lin[i]);
+        size_t lo = a > offset ? a : offset, hi = b < offset + len ? b : offset + len;
+        if (lo < hi) memcpy(dst + (lo - offset), (const uint8_t *)lin_mem(c->lin[i]) + (lo - a), hi - lo);
+    }
+    return EPYQ_OK;
+}
+
+/* Move the dense linears into one buffer interleaved over the plan's nodes. */
+static epyq_status place_dense(epyq_model *m, epyq_err *err) {
+    epyq_model_numa *n = m->numa;
+    int32_t nodes[8];
+    int32_t n_nodes = epyq_numa_plan_dense_nodes(n->setup->plan, nodes, 8);
+    if (n_nodes <= 0) return EPYQ_OK; /* numactl: the inherited policy decides */
+    epyq_rlin **lin = malloc(DENSE_MAX * sizeof *lin);
+    size_t *off = malloc((DENSE_MAX + 1) * sizeof *off);
+    epyq_status st = lin && off ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA dense weights: out of memory");
+    int32_t cnt = st == EPYQ_OK ? dense_lins(m, lin) : 0;
+    size_t total = 0;
+    for (int32_t i = 0; i < cnt; i++) {
+        off[i] = total;
+        if (!epyq_add_size(total, lin_bytes(lin[i]), &total))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA dense weights: size overflows");
+    }
+    if (st == EPYQ_OK) st = epyq_numa_buf_alloc_interleaved(&n->dense, total ? total : 1, nodes, n_nodes, err);
+    if (st == EPYQ_OK) {
+        dense_copy c = {lin, off, cnt};
+        st = epyq_numa_buf_fill(&n->dense, n->setup->rt->pools[0], 0, dense_fill, &c, err);
+    }
+    for (int32_t i = 0; st == EPYQ_OK && i < cnt; i++) {
+        void *dst = n->dense.ptr + off[i];
+        free(lin_mem(lin[i]));
+        if (lin[i]->q4) lin[i]->w4.mem = dst;
+        else lin[i]->bf16 = dst;
+    }
+    n->dense_used = total;
+    free(lin), free(off);
+    return st;
 }
 
 void epyq_model_numa_free(epyq_model *m) {
@@ -84,6 +171,13 @@ void epyq_model_numa_free(epyq_model *m) {
             for (int32_t i = 0; i < 3; i++)
                 if (placed(n, lin[i]->w4.mem)) memset(lin[i], 0, sizeof *lin[i]);
         }
+    }
+    if (n->dense.ptr) {
+        epyq_rlin *lin[DENSE_MAX];
+        int32_t cnt = dense_lins(m, lin);
+        for (int32_t i = 0; i < cnt; i++)
+            if (placed(n, lin[i]->q4 ? lin[i]->w4.mem : (void *)lin[i]->bf16)) memset(lin[i], 0, sizeof *lin[i]);
+        epyq_numa_buf_free(&n->dense);
     }
     for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
     free(n->bufs), free(n->used);
@@ -208,7 +302,9 @@ static void log_verify(const epyq_model *m) {
     if (epyq_model_numa_verify(m, &pages, &elsewhere, &verr) != EPYQ_OK)
         fprintf(stderr, "warning: %s\n", verr.msg);
     else
-        fprintf(stderr, "numa: routed experts verified with move_pages: %zu pages, all on their nodes\n", pages);
+        fprintf(stderr, "numa: routed experts and dense weights verified with move_pages: %zu pages, all on "
+                        "their nodes%s\n", pages,
+                m->numa->setup->plan->replicate_dense ? " (replicate-dense: one interleaved copy for now)" : "");
 }
 
 epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *elsewhere, epyq_err *err) {
@@ -224,6 +320,18 @@ epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *e
         epyq_err e = {0};
         int32_t node = plan->groups[g].os_index;
         epyq_status st = epyq_numa_verify(n->bufs[g].ptr, n->used[g], &node, 1, what, &rep, &e);
+        *pages += rep.pages, *elsewhere += rep.elsewhere;
+        if (st != EPYQ_OK && first == EPYQ_OK) {
+            first = st;
+            *err = e;
+        }
+    }
+    if (n->dense.ptr && n->dense_used) {
+        int32_t nodes[8];
+        int32_t cnt = epyq_numa_plan_dense_nodes(plan, nodes, 8);
+        epyq_numa_verify_report rep;
+        epyq_err e = {0};
+        epyq_status st = epyq_numa_verify(n->dense.ptr, n->dense_used, nodes, cnt, "dense weights", &rep, &e);
         *pages += rep.pages, *elsewhere += rep.elsewhere;
         if (st != EPYQ_OK && first == EPYQ_OK) {
             first = st;
@@ -275,6 +383,7 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
         n->n_groups = n->setup->plan->n_groups;
         st = place_experts(m, err);
     }
+    if (st == EPYQ_OK) st = place_dense(m, err);
     if (st == EPYQ_OK) {
         epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS, .top_k = m->topk,
                               .n_slices = (m->I + slice - 1) / slice, .width = m->H,
