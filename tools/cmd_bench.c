@@ -41,10 +41,12 @@ typedef struct {
     epyq_numpath path;
     epyq_kv_type kv;
     size_t membw_bytes;
+    epyq_numa_opts numa;
+    bool use_numa; /* a --numa flag was given; otherwise one pool, as before */
 } opts;
 
 typedef struct {
-    char model[128], format[16], test[32], isa[24];
+    char model[128], format[16], test[32], isa[24], numa[24];
     double size_gib, params_b;
     int threads, batch, n_prompt, n_gen;
     double ts_mean, ts_sd, gbps, pct, bw_read;
@@ -71,6 +73,9 @@ static void usage(FILE *f) {
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
             "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
             "  --no-warmup              skip the untimed warm-up run\n"
+            "  --numa MODE              auto|off|distribute|...: routed experts on the NUMA plan's\n"
+            "                           node pools (numa/README.md); default: one pool\n"
+            "  --numa-split N           the same on N logical nodes of this machine\n"
             "  -h, --help               this text\n"
             "\n"
             "GB/s: tg = bytes one decoded token reads x tokens/s; tg bB = the same per-step bytes\n"
@@ -96,7 +101,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"repetitions", required_argument, 0, 'r'}, {"output", required_argument, 0, 'o'},
         {"path", required_argument, 0, 'P'},       {"kv-type", required_argument, 0, 'K'},
         {"membw-mb", required_argument, 0, 'W'},   {"no-warmup", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},             {"numa", required_argument, 0, 'U'},
+        {"numa-split", required_argument, 0, 'U'}, {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
     o->bat[0] = 1, o->n_bat = 1;
@@ -104,10 +110,11 @@ static int parse(int argc, char **argv, opts *o) {
     o->reps = 5;
     o->warmup = true;
     o->membw_bytes = (size_t)1024 << 20;
-    int c, rc;
+    epyq_numa_opts_init(&o->numa);
+    int c, rc, li = 0;
     char *end;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, &li)) != -1) {
         switch (c) {
         case 'm': o->dir = optarg; break;
         case 'S': o->synthetic = optarg; break;
@@ -141,6 +148,15 @@ static int parse(int argc, char **argv, opts *o) {
             else return fprintf(stderr, "epyq bench: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
             break;
         case 'N': o->warmup = false; break;
+        case 'U': { /* --numa MODE, --numa-split N (numa/opts.c) */
+            char flag[32];
+            epyq_err e = {0};
+            snprintf(flag, sizeof flag, "--%s", lo[li].name);
+            if (epyq_numa_opts_set(&o->numa, flag, optarg, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq bench: %s\n", e.msg), 2;
+            o->use_numa = true;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq bench: bad option (try --help)\n"); return 2;
         }
@@ -226,20 +242,20 @@ static void print_row(out_fmt f, const row *r, bool first) {
         else snprintf(size, sizeof size, "%.2f MiB", r->size_gib * 1024.0);
         if (r->params_b >= 1.0) snprintf(params, sizeof params, "%.2f B", r->params_b);
         else snprintf(params, sizeof params, "%.2f M", r->params_b * 1000.0);
-        printf("| %s | %s | %s | %s | %s | %d | off | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
-               r->format, size, params, r->isa, r->threads, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
+        printf("| %s | %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
+               r->format, size, params, r->isa, r->threads, r->numa, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
     } else if (f == OUT_CSV) {
-        printf("%s,%s,%.3f,%.3f,%s,%d,off,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
-               r->params_b, r->isa, r->threads, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
+        printf("%s,%s,%.3f,%.3f,%s,%d,%s,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
+               r->params_b, r->isa, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
                r->gbps, r->bw_read, r->pct);
     } else {
         printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", "
-               "\"threads\": %d, \"numa\": \"off\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+               "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
                "\"pct_read_bw\": %.2f}%s",
                f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b, r->isa,
-               r->threads, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read,
-               r->pct, f == OUT_JSONL ? "\n" : "");
+               r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps,
+               r->bw_read, r->pct, f == OUT_JSONL ? "\n" : "");
     }
     fflush(stdout);
 }
@@ -249,7 +265,10 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                                  uint64_t params, const char *fmt_name, bool *first, epyq_err *err) {
     double bw = epyq_membw_read_gbps(o->membw_bytes, threads);
     if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
-    epyq_model_opts mo = {.path = o->path, .n_threads = threads, .skip_mtp = true};
+    epyq_numa_opts numa = o->numa;
+    numa.n_threads = threads;
+    epyq_model_opts mo = {.path = o->path, .n_threads = threads, .skip_mtp = true,
+                          .numa = o->use_numa ? &numa : NULL};
     bench_ctx c = {.o = o};
     epyq_status st = epyq_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
@@ -277,6 +296,10 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     r.params_b = (double)params / 1e9;
     r.threads = threads;
     r.bw_read = bw;
+    /* the numa column: off, the mode, or split N (logical nodes of this machine) */
+    if (!o->use_numa || numa.mode == EPYQ_NUMA_OFF) snprintf(r.numa, sizeof r.numa, "off");
+    else if (numa.split > 0) snprintf(r.numa, sizeof r.numa, "split %d", (int)numa.split);
+    else snprintf(r.numa, sizeof r.numa, "%s", epyq_numa_mode_name(numa.mode));
     uint64_t tok_bytes = epyq_model_active_bytes(c.m);
 
     for (int i = 0; st == EPYQ_OK && i < o->n_pp; i++) {

@@ -11,8 +11,8 @@
  * logits are bit-identical for any --numa-split and thread count. With moe_slice equal to
  * moe_intermediate_size (one slice) they are also bit-identical to --numa off: the units are
  * then the single-pool path's (expert, 32-token chunk) tasks, summed in the same order.
- * Dense weights stay where the single-pool loader put them (first touch by the loading
- * threads); they are not interleaved or replicated yet. */
+ * The dense linears move into one buffer interleaved over the plan's nodes (replicate-dense
+ * keeps that one interleaved copy for now) and still run on the model's single pool. */
 #ifndef EPYQ_MODEL_NUMA_MOE_H
 #define EPYQ_MODEL_NUMA_MOE_H
 
