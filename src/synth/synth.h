@@ -17,6 +17,10 @@
 
 #include "core/status.h"
 
+/* Revision of what the generator writes: bump it whenever the bytes for a given (shape, format,
+ * seed) change, so caches keyed on it (tools/tool_model.c, --synthetic) regenerate. */
+#define EPYQ_SYNTH_REVISION 1
+
 typedef enum {
     EPYQ_SYNTH_BF16 = 0, /* original release: BF16 (per-expert, or fused 3-D with fused_experts) */
     EPYQ_SYNTH_GPTQ,     /* GPTQModel 6.0.3: routed experts int4 sym g128, checkpoint_format gptq */
