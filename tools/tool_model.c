@@ -73,7 +73,8 @@ static epyq_status synth_into_cache(const char *spec, char **out, epyq_err *err)
 
     char *root = epyq_tool_cache_root();
     char final[4096], tmp[4200];
-    snprintf(final, sizeof final, "%s/%s-%s", root ? root : "/tmp", shape, fmt);
+    /* The generator revision is part of the name: a cache made by an older synth is not reused. */
+    snprintf(final, sizeof final, "%s/%s-%s-r%d", root ? root : "/tmp", shape, fmt, EPYQ_SYNTH_REVISION);
     snprintf(tmp, sizeof tmp, "%s.partial-%d", final, (int)getpid());
     if (is_dir(final)) {
         free(root);

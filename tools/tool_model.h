@@ -2,7 +2,7 @@
  *
  * Promise: epyq_tool_model_dir() turns `-m DIR` or `--synthetic SHAPE[:FORMAT]` into a checkpoint
  * folder. A synthetic model is generated once by epyq synth into $XDG_CACHE_HOME/epyq
- * (default ~/.cache/epyq) under <shape>-<format>; generation writes to a temporary folder and
+ * (default ~/.cache/epyq) under <shape>-<format>-r<EPYQ_SYNTH_REVISION>; generation writes to a temporary folder and
  * renames it when complete, so an interrupted run never leaves a half model that looks whole.
  * Progress goes to stderr on a TTY only. */
 #ifndef EPYQ_TOOL_MODEL_H
