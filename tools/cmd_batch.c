@@ -517,7 +517,7 @@ int epyq_cmd_batch(int argc, char **argv) {
         if (epyq_chat_load(&b.chat, dir, &e2) != EPYQ_OK) b.chat = NULL; /* chat lines will say so */
     }
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_model_load(&b.m, dir, &mo, &err);
+    if (st == EPYQ_OK) st = epyq_tool_model_load(&b.m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         b.cfg = epyq_model_config(b.m);
         const char *base = strrchr(dir, '/');

@@ -270,7 +270,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     epyq_model_opts mo = {.path = o->path, .n_threads = threads, .skip_mtp = true,
                           .numa = o->use_numa ? &numa : NULL};
     bench_ctx c = {.o = o};
-    epyq_status st = epyq_model_load(&c.m, dir, &mo, err);
+    epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
     c.V = epyq_model_config(c.m)->vocab_size;
     int max_pp = 1, max_b = 1, max_tg = 1;

@@ -165,13 +165,32 @@ typedef struct {
     bool in_think_shown;
 } repl;
 
+/* Model text to the terminal: C0/C1 control characters other than newline and tab are shown
+ * as '?', so generated escape sequences cannot retitle, recolour or confuse the terminal
+ * (random synthetic weights emit plenty of them). Pipes get the bytes unchanged. */
+static void put_text(const repl *r, const char *s, size_t n) {
+    if (!r->tty_out) {
+        fwrite(s, 1, n, stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) c = '?';
+        else if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] < 0xa0) {
+            i++; /* U+0080..U+009F */
+            c = '?';
+        }
+        putchar(c);
+    }
+}
+
 static void out_reasoning(repl *r, const char *s, size_t n) {
     if (!n) return;
     if (!r->in_think_shown) {
         fputs(r->tty_out ? DIM_ON : "[Start thinking]\n", stdout);
         r->in_think_shown = true;
     }
-    fwrite(s, 1, n, stdout);
+    put_text(r, s, n);
 }
 
 static void out_content(repl *r, const char *s, size_t n) {
@@ -180,7 +199,7 @@ static void out_content(repl *r, const char *s, size_t n) {
         fputs(r->tty_out ? DIM_OFF : "\n[End thinking]\n", stdout);
         r->in_think_shown = false;
     }
-    fwrite(s, 1, n, stdout);
+    put_text(r, s, n);
 }
 
 /* Streaming text → reasoning parser → styled output; both parts are kept for the history. */
@@ -284,8 +303,8 @@ static epyq_status answer(repl *r, epyq_err *err) {
         if (s->finish == EPYQ_FINISH_CANCEL) fprintf(stderr, "[ stopped; the partial answer is kept ]\n");
         fprintf(stderr, "[ prompt %.2f t/s | generation %.2f t/s ]\n",
                 s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
-        /* Warn while there is still room for about one more exchange. */
-        if (pos + r->n_predict >= ctx || pos >= ctx - ctx / 8)
+        /* Warn once an eighth of the context is left: room for about one more exchange. */
+        if (pos >= ctx - ctx / 8)
             fprintf(stderr, "[ context %d of %d used: it is nearly full, /clear to start over ]\n", pos, ctx);
     }
     free(prompt), free(ids);
@@ -511,9 +530,8 @@ int epyq_cmd_chat(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
-    if (st == EPYQ_OK && r.tty_in) fprintf(stderr, "Loading model %s ...\n", dir);
     epyq_model_opts mo = {.n_threads = o.threads, .skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_model_load(&m, dir, &mo, &err);
+    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         epyq_sample_params sp;

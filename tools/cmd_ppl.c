@@ -175,7 +175,7 @@ int epyq_cmd_ppl(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tok_encode(tok, text, text_len, &ids, &n_ids, &err);
     if (st == EPYQ_OK && n_ids < 2) st = epyq_err_set(&err, EPYQ_E_ARG, "%s: %zu tokens; need at least 2 to score", o.file, n_ids);
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_model_load(&m, dir, &mo, &err);
+    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     int32_t V = 0, c = o.ctx, stride = o.ctx / 2;
     if (st == EPYQ_OK) {
         V = epyq_model_config(m)->vocab_size;

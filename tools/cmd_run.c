@@ -157,7 +157,7 @@ int epyq_cmd_run(int argc, char **argv) {
     if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
     if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_model_load(&m, dir, &mo, &err);
+    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         epyq_sample_params sp;

@@ -111,3 +111,62 @@ epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **o
     *out = strdup(dir);
     return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
 }
+
+/* Bytes of the checkpoint's *.safetensors files (what loading reads and packs). */
+static uint64_t checkpoint_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    uint64_t total = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors")) continue;
+        char *f = epyq_path_join(dir, e->d_name);
+        struct stat sb;
+        if (f && stat(f, &sb) == 0) total += (uint64_t)sb.st_size;
+        free(f);
+    }
+    closedir(d);
+    return total;
+}
+
+typedef struct {
+    double t0, last;
+    uint64_t bytes; /* checkpoint size */
+} load_progress;
+
+static void on_load(void *ctx, int32_t done, int32_t total) {
+    load_progress *p = ctx;
+    double now = epyq_now();
+    if (now - p->last < 0.2 && done < total) return;
+    p->last = now;
+    /* layers are near-equal in size, so the step fraction stands for the bytes read */
+    double gb = (double)p->bytes * done / (total > 0 ? total : 1) / 1e9, dt = now - p->t0 > 1e-6 ? now - p->t0 : 1e-6;
+    fprintf(stderr, "\rloading model: %6.2f / %.2f GB  %5.2f GB/s  layer %d/%d ", gb, p->bytes / 1e9, gb / dt,
+            done < total ? done : total - 1, total - 1);
+}
+
+epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
+                                 epyq_err *err) {
+    bool tty = isatty(STDERR_FILENO);
+    load_progress p = {.t0 = epyq_now(), .bytes = checkpoint_bytes(dir)};
+    epyq_model_opts o = *opts;
+    o.progress = tty ? on_load : NULL;
+    o.progress_ctx = &p;
+    epyq_status st = epyq_model_load(out, dir, &o, err);
+    if (tty) fputs("\r\033[K", stderr); /* the progress line gives way to the summary or error */
+    if (st != EPYQ_OK) return st;
+    double dt = epyq_now() - p.t0;
+    const epyq_kern_table *kt = opts->kernels ? opts->kernels : epyq_kern();
+    int32_t threads = epyq_model_threads(*out);
+    uint64_t active = epyq_model_active_bytes(*out);
+    if (tty)
+        fprintf(stderr, "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token\n",
+                dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6);
+    else
+        fprintf(stderr,
+                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"threads\":%d,"
+                "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu}\n",
+                (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active);
+    return EPYQ_OK;
+}

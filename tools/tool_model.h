@@ -11,9 +11,17 @@
 #include <stdbool.h>
 
 #include "core/status.h"
+#include "model/model.h"
 
 /* Exactly one of dir / synthetic must be non-NULL. *out is malloc'd. */
 epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **out, epyq_err *err);
+
+/* epyq_model_load() with the tools' load display: on a TTY (stderr) a progress line with GB
+ * of checkpoint packed and GB/s, then a one-line summary (GB, seconds, threads, kernels,
+ * bytes streamed per token); otherwise one JSON line {"event":"model_loaded",…} on stderr.
+ * opts->progress is overridden. */
+epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
+                                 epyq_err *err);
 
 /* The cache root ($XDG_CACHE_HOME/epyq or $HOME/.cache/epyq), malloc'd. */
 char *epyq_tool_cache_root(void);

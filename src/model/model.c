@@ -159,7 +159,7 @@ static epyq_status check_dims(const epyq_model *m, epyq_err *err) {
     return EPYQ_OK;
 }
 
-static epyq_status model_build(epyq_model *m, epyq_err *err) {
+static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err *err) {
     const epyq_config *c = m->c;
     const epyq_weights *w = m->w;
     m->H = c->hidden_size, m->V = c->vocab_size, m->L = c->num_hidden_layers;
@@ -182,6 +182,7 @@ static epyq_status model_build(epyq_model *m, epyq_err *err) {
         epyq_layer_rw *ly = &m->layers[l];
         ly->slot = w->layers[l].full_attn ? m->n_attn++ : m->n_gdn++;
         TRY(load_layer(m, ly, &w->layers[l], err));
+        if (o->progress) o->progress(o->progress_ctx, l + 1, m->L + 1);
     }
     TRY(load_vec(&m->final_norm, w->final_norm, (size_t)m->H, err));
     TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
@@ -195,6 +196,7 @@ static epyq_status model_build(epyq_model *m, epyq_err *err) {
         TRY(load_layer(m, &m->mtp, &w->mtp.layer, err));
         m->mtp.slot = m->n_attn;
     }
+    if (o->progress) o->progress(o->progress_ctx, m->L + 1, m->L + 1);
     return EPYQ_OK;
 }
 
@@ -219,7 +221,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     if (st == EPYQ_OK) {
         m->n_threads = epyq_pool_size(m->pool);
         m->numa_experts = o.numa && o.numa->mode != EPYQ_NUMA_OFF;
-        st = model_build(m, err);
+        st = model_build(m, &o, err);
     }
     if (st == EPYQ_OK && m->numa_experts) st = epyq_model_numa_load(m, o.numa, o.moe_slice, err);
     if (st != EPYQ_OK) {

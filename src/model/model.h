@@ -49,6 +49,11 @@ typedef struct {
      * plain C, so recurrent is faster here: 128-token prefill of a 4-layer 35b-a3b-shaped ct
      * model, 1 thread, CPU time: 80 tokens/s recurrent, 53 chunked. */
     int32_t gdn_chunk_min;
+    /* Load progress for displays (tools/tool_model.c): called after each decoder layer is
+     * packed and once after the head, with steps done of total (num_hidden_layers + 1) —
+     * layers are near-equal in bytes, so steps track bytes. NULL = silent. */
+    void (*progress)(void *ctx, int32_t done, int32_t total);
+    void *progress_ctx;
     /* NUMA placement (src/model/numa_moe.h): NULL or mode off = one pool, no binding. Else the
      * plan's per-node pools run the routed experts, packed on their nodes. Kept by pointer. */
     const epyq_numa_opts *numa;

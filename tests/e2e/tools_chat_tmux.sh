@@ -28,6 +28,8 @@ start() { # start NAME ARGS...: the REPL in a 160x50 pane; its exit status is pr
 # Session a: short greedy answers.
 start a -n 8 --temp 0 --no-think
 wait_for a 'epyq chat' && wait_for a '^> ' || finish
+screen a | grep -q '^loaded .* GB in .* GB/s), 1 threads' && ok "load summary on the terminal" || fail "no load summary"
+screen a | grep -q 'model_loaded' && fail "JSON load line on a terminal"
 tm send-keys -t a 'Hello there' Enter
 wait_for a '^\[ prompt .* t/s | generation .* t/s \]' && ok "answer streamed with stats line"
 tm send-keys -t a '/regen' Enter
@@ -41,8 +43,11 @@ tm send-keys -t a '/exit' Enter
 wait_for a '^EXIT=0' && ok "/exit leaves with 0"
 grep -q '^Hello' "$XDG_STATE_HOME/epyq/history" && ok "history persisted" || fail "no history file entry"
 
-# Session b: a long sampled answer, interrupted.
-start b -n 6000 -c 8192 --temp 1.5 --no-think
+# Session b: a long sampled answer, interrupted. A 64k-row vocabulary makes the synthetic
+# model slow enough to interrupt and its end-of-text token unlikely (1024 rows: ~1 in 300).
+"$EPYQ" synth -o "$T/wide" --shape tiny --format ct --vocab 65536 -t 1 >/dev/null 2>&1 || fail "synth --vocab"
+M="$T/wide"
+start b -n 4000 --temp 1.5 --no-think
 wait_for b '^> ' || finish
 tm send-keys -t b 'Tell me a long story' Enter
 sleep 0.5

@@ -6,6 +6,8 @@ make_model
 R="run -m $M -t 1 -n 12 -s 7"
 expect 0 "run raw prompt" "$EPYQ" $R -p "The quick brown fox"
 cp "$T/out" "$T/run1"
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.bytes > 0 and .threads == 1' >/dev/null &&
+    ok "not a TTY: one JSON load line" || fail "no JSON load line on stderr"
 grep -q 'generation 12 tokens\|finish: stop' "$T/err" || fail "run: no stats line with 12 generated tokens"
 expect 0 "run again, same seed" "$EPYQ" $R -p "The quick brown fox"
 cmp -s "$T/out" "$T/run1" || fail "run: same seed gave different text"
@@ -42,4 +44,16 @@ printf '/load %s\nAnd then?\n' "$T/conv.json" | "$EPYQ" $C >"$T/out" 2>"$T/err" 
 grep -q '^\[ loaded 2 messages \]$' "$T/out" || fail "/load not acknowledged"
 printf '/load %s\n' "$T/prompt.txt" | "$EPYQ" $C >"$T/out" 2>"$T/err"
 grep -q '^epyq: .*prompt.txt' "$T/err" || fail "/load of a non-conversation file: no one-line error"
+# Suffix feeding: with a template that re-renders earlier turns exactly as they were fed
+# (Qwen's drops old reasoning, which forces a full re-feed), later turns feed only the new
+# tokens: the last answer's prompt is shorter than the context in use.
+cp -r "$M" "$T/plain"
+printf '%s' '{%- for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}' >"$T/plain/chat_template.jinja"
+printf 'Hello\nMore please\nAgain\n/stats\n' | "$EPYQ" chat -m "$T/plain" -t 1 -n 6 --temp 0 >"$T/out" 2>"$T/err" || fail "chat on the plain template"
+used=$(sed -n 's/^context *\([0-9]*\) of.*/\1/p' "$T/out"); fed=$(sed -n 's/^last answer prompt \([0-9]*\) tokens.*/\1/p' "$T/out")
+[ -n "$used" ] && [ -n "$fed" ] && [ "$fed" -lt $((used / 2)) ] && ok "third turn fed $fed of $used tokens" ||
+    fail "no suffix feeding: fed '$fed' of '$used'"
 finish
