@@ -1,8 +1,8 @@
 #!/bin/sh
 # `epyq batch` on a tiny synthetic checkpoint: OpenAI batch records in input order, error
 # records for malformed / invalid / duplicate / over-long lines (the job goes on, exit 2),
-# and SIGTERM mid-run followed by --resume giving the byte-identical file of an
-# uninterrupted run (the output has no timing fields).
+# scripts/batch-per-node's merged shards equal one run, and SIGTERM mid-run followed by
+# --resume giving the byte-identical file of an uninterrupted run (no timing fields).
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 B="batch -m $M -t 1 -c 96 --max-batch 3"
@@ -33,6 +33,12 @@ jq -e -s '
   all(.[]; (.id | type) == "string" and has("response") and has("error"))
 ' "$T/out.jsonl" >/dev/null && ok "records, order and error codes" || { fail "record contents"; cat "$T/out.jsonl"; }
 grep -q 'done' "$T/err" || fail "no progress/summary on stderr"
+# scripts/batch-per-node: two shards (both on node 0 here) merge into the same file.
+EPYQ="$EPYQ" "${srcdir:-.}/scripts/batch-per-node" --nodes 0,0 -i "$T/in.jsonl" -o "$T/nodes.jsonl" -- -m "$M" -t 1 -c 96 \
+    --max-batch 3 >/dev/null 2>"$T/err"
+rc=$?
+[ $rc = 2 ] || fail "batch-per-node: exit $rc, expected 2 (some lines failed)"
+cmp "$T/out.jsonl" "$T/nodes.jsonl" && ok "batch-per-node output = single run output" || fail "batch-per-node merge differs"
 
 # SIGTERM then --resume: long enough that the signal lands mid-run.
 i=0
