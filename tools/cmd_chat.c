@@ -159,6 +159,7 @@ typedef struct {
     int32_t *gen_ids;  /* [n_predict] */
     char *pending;     /* /read text for the next user message, or NULL */
     epyq_gen_stats last;
+    uint64_t seed, n_answers; /* -s and the answers started so far */
     /* streaming state of the current answer */
     epyq_reasoning *rp;
     epyq_sbuf reasoning, content;
@@ -270,6 +271,9 @@ static epyq_status answer(repl *r, epyq_err *err) {
     memset(&r->content, 0, sizeof r->content);
     r->in_think_shown = false;
     if (!r->rp) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    /* Each answer draws from its own seed (base + answer count): /regen gives a new sample,
+     * and a session replayed with the same inputs and -s gives the same answers. */
+    r->gen.sp.seed = r->seed + r->n_answers++;
     g_cancel = 0;
     g_generating = 1;
     int32_t pos0 = (int32_t)from;
@@ -525,7 +529,7 @@ int epyq_cmd_chat(int argc, char **argv) {
     epyq_tok *tok = NULL;
     epyq_model *m = NULL;
     repl r = {.think = !o.no_think, .tty_in = isatty(STDIN_FILENO), .tty_out = isatty(STDOUT_FILENO),
-              .n_predict = o.n_predict, .msgs = cJSON_CreateArray()};
+              .n_predict = o.n_predict, .msgs = cJSON_CreateArray(), .seed = o.seed};
     epyq_status st = epyq_kern_init(&err);
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);

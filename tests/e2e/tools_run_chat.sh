@@ -44,6 +44,15 @@ printf '/load %s\nAnd then?\n' "$T/conv.json" | "$EPYQ" $C >"$T/out" 2>"$T/err" 
 grep -q '^\[ loaded 2 messages \]$' "$T/out" || fail "/load not acknowledged"
 printf '/load %s\n' "$T/prompt.txt" | "$EPYQ" $C >"$T/out" 2>"$T/err"
 grep -q '^epyq: .*prompt.txt' "$T/err" || fail "/load of a non-conversation file: no one-line error"
+# /read puts a file before the next message; sampled /regen draws a new answer.
+printf 'line one\nline two\n' >"$T/notes.txt"
+printf '/read %s\nSummarise\n/save %s\n/regen\n/save %s\n' "$T/notes.txt" "$T/r1.json" "$T/r2.json" |
+    "$EPYQ" chat -m "$M" -t 1 -n 24 -s 1 --temp 1.5 --no-think >"$T/out" 2>"$T/err" || fail "chat with /read"
+[ "$(jq -r '.messages[0].content' "$T/r1.json")" = "$(printf -- '--- File: notes.txt ---\nline one\nline two\n\nSummarise')" ] &&
+    ok "/read text before the message" || { fail "/read"; jq . "$T/r1.json"; }
+[ "$(jq -r '.messages[1].content' "$T/r1.json")" != "$(jq -r '.messages[1].content' "$T/r2.json")" ] &&
+    ok "sampled /regen gives another answer" || fail "sampled /regen repeated the answer"
+
 # Suffix feeding: with a template that re-renders earlier turns exactly as they were fed
 # (Qwen's drops old reasoning, which forces a full re-feed), later turns feed only the new
 # tokens: the last answer's prompt is shorter than the context in use.
