@@ -1,0 +1,97 @@
+/* benchmarks/numa_decode.c — what the NUMA split costs a decoded token.
+ *
+ * Loads one checkpoint three times (--numa off, --numa-split 1, --numa-split N) in one process
+ * and decodes with each in turn, round after round, so load drift on a shared machine hits
+ * all three alike. Prints per configuration the best and median wall time per token and the
+ * median process CPU time per token (all threads, spinning included), and the split's cost
+ * relative to split 1 and to off.
+ *
+ * usage: numa_decode DIR [split N (default 2)] [rounds (default 8)] [tokens per round (16)] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/util.h"
+#include "model/model.h"
+
+#define N_CFG 3
+
+static double now(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return fprintf(stderr, "usage: numa_decode DIR [split] [rounds] [tokens]\n"), 2;
+    int split = argc > 2 ? atoi(argv[2]) : 2, rounds = argc > 3 ? atoi(argv[3]) : 8;
+    int toks = argc > 4 ? atoi(argv[4]) : 16;
+    if (split < 1 || split > 64 || rounds < 1 || rounds > 1000 || toks < 1 || toks > 4096)
+        return fprintf(stderr, "numa_decode: split 1..64, rounds 1..1000, tokens 1..4096\n"), 2;
+    epyq_err err = {0};
+    if (epyq_kern_init(&err) != EPYQ_OK) return fprintf(stderr, "numa_decode: %s\n", err.msg), 1;
+    const char *name[N_CFG] = {"off", "split 1", "split N"};
+    char split_name[32];
+    snprintf(split_name, sizeof split_name, "split %d", split);
+    name[2] = split_name;
+    epyq_numa_opts no[N_CFG];
+    epyq_model *m[N_CFG] = {0};
+    epyq_seq *s[N_CFG] = {0};
+    float *logits = NULL;
+    double *wall = calloc((size_t)N_CFG * rounds, sizeof(double)), *cpu = calloc((size_t)N_CFG * rounds, sizeof(double));
+    int rc = 0;
+    for (int c = 0; c < N_CFG && !rc; c++) {
+        epyq_numa_opts_init(&no[c]);
+        no[c].split = c == 2 ? split : 1;
+        epyq_model_opts mo = {.skip_mtp = true, .numa = c ? &no[c] : NULL};
+        if (epyq_model_load(&m[c], argv[1], &mo, &err) != EPYQ_OK ||
+            epyq_seq_create(&s[c], m[c], rounds * toks + 2, EPYQ_KV_BF16, &err) != EPYQ_OK)
+            rc = fprintf(stderr, "numa_decode: %s: %s\n", name[c], err.msg) > 0;
+    }
+    if (!rc) logits = malloc((size_t)epyq_model_config(m[0])->vocab_size * sizeof(float));
+    if (!rc && (!logits || !wall || !cpu)) rc = fprintf(stderr, "numa_decode: out of memory\n") > 0;
+    for (int r = 0; r < rounds && !rc; r++)
+        for (int c = 0; c < N_CFG && !rc; c++) {
+            double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+            for (int t = 0; t < toks && !rc; t++) {
+                int32_t tok = (r * toks + t) * 7 % 1000 + 10; /* same tokens for every configuration */
+                epyq_batch b = {1, &s[c], &tok, NULL};
+                if (epyq_model_forward(m[c], &b, logits, NULL, &err) != EPYQ_OK)
+                    rc = fprintf(stderr, "numa_decode: %s\n", err.msg) > 0;
+            }
+            wall[c * rounds + r] = (now(CLOCK_MONOTONIC) - w0) / toks * 1e3;
+            cpu[c * rounds + r] = (now(CLOCK_PROCESS_CPUTIME_ID) - c0) / toks * 1e3;
+        }
+    if (!rc) {
+        double best[N_CFG], med[N_CFG], cmed[N_CFG];
+        printf("| numa | best ms/token | median ms/token | median CPU ms/token | best tokens/s |\n");
+        printf("| --- | ---: | ---: | ---: | ---: |\n");
+        for (int c = 0; c < N_CFG; c++) {
+            double *w = wall + (size_t)c * rounds;
+            med[c] = median(w, rounds); /* sorts w: w[0] is the best */
+            best[c] = w[0];
+            cmed[c] = median(cpu + (size_t)c * rounds, rounds);
+            printf("| %s | %.3f | %.3f | %.3f | %.1f |\n", name[c], best[c], med[c], cmed[c], 1e3 / best[c]);
+        }
+        printf("\n%s vs split 1: best %+.1f%%, median %+.1f%%, CPU %+.1f%%; vs off: best %+.1f%%, median %+.1f%%\n",
+               name[2], 100 * (best[2] / best[1] - 1), 100 * (med[2] / med[1] - 1), 100 * (cmed[2] / cmed[1] - 1),
+               100 * (best[2] / best[0] - 1), 100 * (med[2] / med[0] - 1));
+    }
+    for (int c = 0; c < N_CFG; c++) {
+        epyq_seq_free(s[c]);
+        epyq_model_free(m[c]);
+    }
+    free(logits), free(wall), free(cpu);
+    return rc;
+}
