@@ -37,6 +37,9 @@ static const epyq_kern_table own_ref = {
     .w4_gemm = epyq_w4_gemm_ref,
     .w4_expert = epyq_w4_expert_ref,
     .w4_expert_scratch_bytes = epyq_w4_expert_scratch_bytes,
+    .fill_normal = epyq_fill_normal_ref,
+    .minmax = epyq_minmax_ref,
+    .quant_codes = epyq_quant_codes_ref,
 };
 
 /* AVX2 + FMA + F16C: Intel Haswell (2013-) .. Alder Lake, AMD Zen 1/2/3 (EPYC Naples, Rome,
@@ -50,6 +53,9 @@ static const epyq_kern_table own_avx2 = {
     .stream_read = epyq_stream_read_avx2,
     .w4_gemm = epyq_w4_gemm_avx2,
     .w4_expert = epyq_w4_expert_avx2,
+    .fill_normal = epyq_fill_normal_avx2,
+    .minmax = epyq_minmax_avx2,
+    .quant_codes = epyq_quant_codes_avx2,
 };
 
 /* AVX-512 F/BW/VL/DQ: Intel Skylake-SP/X (2017-). No AMD part stops here. */
@@ -107,6 +113,9 @@ static void build_tables(void) {
         INHERIT(attn_bf16_multi);
         INHERIT(gdn_step);
         INHERIT(stream_read);
+        INHERIT(fill_normal);
+        INHERIT(minmax);
+        INHERIT(quant_codes);
 #undef INHERIT
     }
 }

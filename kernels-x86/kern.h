@@ -79,6 +79,22 @@ typedef struct {
  * (A8). A8 int4 kernels need x->gs equal to the weight's gs. */
 size_t epyq_act_bytes(int32_t m, int32_t k, int32_t gs, epyq_numpath path);
 
+/* How quant_codes rounds one value x to an int4 code q in 0..15, given the per-group
+ * factor a and the zero z, an integer in 0..15 (t, the scaled value, must be finite with
+ * |t| < 2^31). rne = round half to even; bf16() = round to bf16, nearest even; each step
+ * in fp32.
+ *   EPYQ_Q4_ROUND_DIV      t = x / a;       q = clamp(rne(t) + z, 0, 15)
+ *                          (GPTQ- and AWQ-style; z = 8 for a symmetric group)
+ *   EPYQ_Q4_ROUND_DIV_BF16 t = bf16(x / a); q = rne(clamp(t, -8, 7)) + 8, z unused
+ *                          (the quotient formed in a bf16 dtype: compressed-tensors-style)
+ *   EPYQ_Q4_ROUND_MUL_SYM  t = x * a;       q = clamp(rne(t), -8, 7) + 8, z unused
+ *                          (a is the reciprocal of the scale: Quark-style) */
+typedef enum {
+    EPYQ_Q4_ROUND_DIV = 0,
+    EPYQ_Q4_ROUND_DIV_BF16,
+    EPYQ_Q4_ROUND_MUL_SYM,
+} epyq_q4_round;
+
 /* The table of kernels for one ISA level. */
 typedef struct epyq_kern_table {
     const char *name; /* "ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16" */
@@ -140,6 +156,24 @@ typedef struct epyq_kern_table {
 
     /* Memory-bandwidth probe: sum of n floats (streaming loads). */
     double (*stream_read)(const float *buf, size_t n);
+
+    /* Counter-based pseudo-normal numbers (the stream is defined in kernels-x86/counter_rng.h):
+     *   out[o] = bf16(mean + sigma * epyq_rng_normal(epyq_rng_bits(key, i0 + o))), o < n,
+     * product and sum each rounded to fp32 (never fused), bf16() rounding to nearest even,
+     * the result kept as a float. A value depends only on (key, index), so any split of a
+     * range into calls gives the same values; every table gives identical bits. Any i0 and
+     * n; mean and sigma finite. */
+    void (*fill_normal)(uint64_t key, float mean, float sigma, uint64_t i0, size_t n,
+                        float *out);
+    /* *mn / *mx = the smallest / largest of x[0..n), n >= 1, x free of NaN (a scan keeping
+     * the first of equal values; only the sign of a zero result, when x holds both +0 and
+     * -0, may differ between tables). */
+    void (*minmax)(const float *x, size_t n, float *mn, float *mx);
+    /* q[i] = int4 code of x[i] by `rule` with factor a and zero z (see epyq_q4_round), for
+     * i < n: one quantisation group with its factor already chosen by the caller. Every
+     * table gives identical codes. */
+    void (*quant_codes)(const float *x, size_t n, float a, float z, epyq_q4_round rule,
+                        uint8_t *q);
 } epyq_kern_table;
 
 /* The table for this process (host ISA capped by EPYQ_MAX_ISA), chosen once.

@@ -27,6 +27,13 @@
     void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
                              float alpha, float beta, int32_t dk, int32_t dv, float *o)
 #define EPYQ_DECLARE_STREAM(sfx) double epyq_stream_read_##sfx(const float *buf, size_t n)
+/* Counter-based normal fill, group min/max and int4 rounding (the generator's loops). */
+#define EPYQ_DECLARE_FILL_QUANT(sfx)                                                             \
+    void epyq_fill_normal_##sfx(uint64_t key, float mean, float sigma, uint64_t i0, size_t n,   \
+                                float *out);                                                    \
+    void epyq_minmax_##sfx(const float *x, size_t n, float *mn, float *mx);                     \
+    void epyq_quant_codes_##sfx(const float *x, size_t n, float a, float z, epyq_q4_round rule, \
+                                uint8_t *q)
 
 /* ref: plain C, always built (kernels-x86/ref/dense_ref.c). */
 EPYQ_DECLARE_BF16_GEMM(ref);
@@ -34,6 +41,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(ref);
 EPYQ_DECLARE_ATTN(ref);
 EPYQ_DECLARE_GDN(ref);
 EPYQ_DECLARE_STREAM(ref);
+EPYQ_DECLARE_FILL_QUANT(ref); /* kernels-x86/ref/fill_quant_ref.c */
 
 /* avx2: AVX2 + FMA + F16C (kernels-x86/avx2/dense_avx2.c). */
 EPYQ_DECLARE_BF16_GEMM(avx2);
@@ -41,6 +49,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(avx2);
 EPYQ_DECLARE_ATTN(avx2);
 EPYQ_DECLARE_GDN(avx2);
 EPYQ_DECLARE_STREAM(avx2);
+EPYQ_DECLARE_FILL_QUANT(avx2); /* kernels-x86/avx2/fill_quant_avx2.c */
 
 /* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c); avx512bf16 adds VDPBF16PS. */
 EPYQ_DECLARE_BF16_GEMM(avx512);
