@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels-x86/kern.h"
 #include "synth/synth_int.h"
 
 static const char *const format_names[EPYQ_SYNTH_NFORMATS] = {"bf16", "gptq", "ct", "quark", "awq"};
@@ -150,23 +151,18 @@ epyq_status synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *
     return EPYQ_OK;
 }
 
-void synth_fill_normal_scalar(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out) {
-    for (size_t o = 0; o < n; o++)
-        out[o] = synth_round_bf16(mean + sg * synth_normal32(synth_bits(key, i0 + o)));
-}
-
 void synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out) {
     const uint64_t key = r->key;
-    switch (r->kind) {
-    case RULE_NORMAL: synth_fill_normal_range(key, 0.0f, r->sigma, first, n, out); break;
-    case RULE_ONE_PLUS_NORMAL: synth_fill_normal_range(key, 1.0f, r->sigma, first, n, out); break;
+    switch (r->kind) { /* normals: the table's fill_normal, whose every table gives the same bits */
+    case RULE_NORMAL: epyq_kern()->fill_normal(key, 0.0f, r->sigma, first, n, out); break;
+    case RULE_ONE_PLUS_NORMAL: epyq_kern()->fill_normal(key, 1.0f, r->sigma, first, n, out); break;
     case RULE_A_LOG: /* A = -exp(A_log) in the recurrence; A in [1, 8) */
         for (size_t i = 0; i < n; i++)
-            out[i] = synth_round_bf16(logf(1.0f + 7.0f * synth_uniform(synth_bits(key, first + i))));
+            out[i] = synth_round_bf16(logf(1.0f + 7.0f * synth_uniform(epyq_rng_bits(key, first + i))));
         break;
     case RULE_DT_BIAS: /* inverse softplus of dt, dt log-uniform in [0.01, 0.1] (Mamba-style init) */
         for (size_t i = 0; i < n; i++) {
-            double u = synth_uniform(synth_bits(key, first + i));
+            double u = synth_uniform(epyq_rng_bits(key, first + i));
             double dt = exp(log(0.01) + u * (log(0.1) - log(0.01)));
             out[i] = synth_round_bf16((float)(dt + log(-expm1(-dt))));
         }

@@ -6,41 +6,21 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels-x86/kern.h"
 #include "synth/synth_int.h"
 
-static inline float to_bf16(float x) { return epyq_bf16_to_f32(epyq_f32_to_bf16(x)); }
 static inline float to_f16(float x) { return epyq_f16_to_f32(epyq_f32_to_f16(x)); }
 /* round half to even for |t| < 2^22 without a libm call */
 static inline float rne(float t) { return (t + 12582912.0f) - 12582912.0f; }
 static inline float clampf(float v, float lo, float hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-void synth_minmax_scalar(const float *x, float *mn, float *mx) {
-    float lo = x[0], hi = x[0];
-    for (int i = 1; i < SYNTH_GS; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
-    *mn = lo, *mx = hi;
-}
-
-void synth_codes_scalar(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q) {
-    for (int i = 0; i < SYNTH_GS; i++) {
-        float c;
-        switch (f) {
-        case EPYQ_SYNTH_GPTQ: c = clampf(rne(x[i] / a) + 8.0f, 0.0f, 15.0f); break;
-        case EPYQ_SYNTH_CT: c = rne(clampf(synth_round_bf16(x[i] / a), -8.0f, 7.0f)) + 8.0f; break;
-        case EPYQ_SYNTH_QUARK: c = clampf(rne(x[i] * a), -8.0f, 7.0f) + 8.0f; break;
-        default: c = clampf(rne(x[i] / a) + zz, 0.0f, 15.0f); break;
-        }
-        q[i] = (uint8_t)(int)c;
-    }
-}
-
-/* One group of SYNTH_GS values: codes into q, returns the stored scale, sets *z. The code
- * rule per format is in synth_codes_* (a = the divisor, or Quark's reciprocal). */
-static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_t *z) {
+/* One group of SYNTH_GS values: codes into q, returns the stored scale, sets *z. Each tool's
+ * scale rule is here; its code rule is the kernel table's quant_codes with the matching
+ * epyq_q4_round (a = the divisor, or Quark's reciprocal). */
+static float quant_group(const epyq_kern_table *kt, epyq_synth_format f, const float *x, uint8_t *q,
+                         uint8_t *z) {
     float mn, mx;
-    synth_minmax(x, &mn, &mx);
+    kt->minmax(x, SYNTH_GS, &mn, &mx);
     switch (f) {
     case EPYQ_SYNTH_GPTQ: {
         /* GPTQModel Quantizer.find_params, sym: range widened to 0, made symmetric only when the
@@ -50,16 +30,16 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         if (lo < 0) lo = -hi;
         if (lo == 0 && hi == 0) lo = -1, hi = 1;
         const float s = (hi - lo) / 15.0f;
-        synth_codes(f, x, s, 8.0f, q);
+        kt->quant_codes(x, SYNTH_GS, s, 8.0f, EPYQ_Q4_ROUND_DIV, q);
         *z = 8;
         return to_f16(s); /* codes use the unrounded scale; the fp16 copy is what is stored */
     }
     case EPYQ_SYNTH_CT: {
         /* compressed-tensors sym int4: absmax / 7.5 with 0 in range; divides in the bf16 dtype */
         float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
-        float s = to_bf16((lo > hi ? lo : hi) / 7.5f);
-        if (s < FLT_EPSILON) s = to_bf16(FLT_EPSILON);
-        synth_codes(f, x, s, 8.0f, q);
+        float s = synth_round_bf16((lo > hi ? lo : hi) / 7.5f);
+        if (s < FLT_EPSILON) s = synth_round_bf16(FLT_EPSILON);
+        kt->quant_codes(x, SYNTH_GS, s, 8.0f, EPYQ_Q4_ROUND_DIV_BF16, q);
         *z = 8;
         return s;
     }
@@ -68,15 +48,15 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
         float lo = mn < 0 ? -mn : 0, hi = mx > 0 ? mx : 0;
         float s = (lo > hi ? lo : hi) / 7.5f;
         if (s < FLT_EPSILON) s = FLT_EPSILON;
-        synth_codes(f, x, 1.0f / s, 8.0f, q);
+        kt->quant_codes(x, SYNTH_GS, 1.0f / s, 8.0f, EPYQ_Q4_ROUND_MUL_SYM, q);
         *z = 8;
-        return to_bf16(s);
+        return synth_round_bf16(s);
     }
     case EPYQ_SYNTH_AWQ: {
         /* AutoAWQ zero_point=True: raw min/max (0 not forced in), integer zero point */
         const float s = (mx - mn > 1e-5f ? mx - mn : 1e-5f) / 15.0f;
         const float zz = clampf(-rne(mn / s), 0.0f, 15.0f);
-        synth_codes(f, x, s, zz, q);
+        kt->quant_codes(x, SYNTH_GS, s, zz, EPYQ_Q4_ROUND_DIV, q);
         *z = (uint8_t)zz;
         return to_f16(s);
     }
@@ -89,10 +69,11 @@ static float quant_group(epyq_synth_format f, const float *x, uint8_t *q, uint8_
 void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
                     uint8_t *z) {
     const int32_t gn = k / SYNTH_GS;
+    const epyq_kern_table *kt = epyq_kern();
     for (int32_t r = 0; r < n; r++)
         for (int32_t g = 0; g < gn; g++) {
             size_t o = (size_t)r * (size_t)k + (size_t)g * SYNTH_GS;
-            s[(size_t)r * gn + g] = quant_group(f, w + o, q + o, z + (size_t)r * gn + g);
+            s[(size_t)r * gn + g] = quant_group(kt, f, w + o, q + o, z + (size_t)r * gn + g);
         }
 }
 

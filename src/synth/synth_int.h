@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "core/util.h"
+#include "kernels-x86/counter_rng.h"
 #include "synth/synth.h"
 
 /* ---- dtypes synth writes (own table: the generator must not depend on the loader) ---- */
@@ -25,38 +27,11 @@ static inline uint64_t synth_mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static inline uint32_t synth_lowbias32(uint32_t x) { /* a 32-bit integer hash with low bias */
-    x ^= x >> 16;
-    x *= 0x7FEB352Du;
-    x ^= x >> 15;
-    x *= 0x846CA68Bu;
-    return x ^ (x >> 16);
-}
-/* 32 random bits for element i of stream `key`: a Weyl sequence whose odd step and offset both
- * come from the key (so streams are not shifts of one another), hashed once; all in 32-bit lanes
- * so 8 elements are drawn per AVX2 instruction; any element is computed on its own. */
-static inline uint32_t synth_bits(uint64_t key, uint64_t i) {
-    uint32_t k0 = (uint32_t)key + (uint32_t)(i >> 32) * 0x632BE5ABu, step = (uint32_t)(key >> 32) | 1u;
-    return synth_lowbias32((uint32_t)i * step + k0);
-}
-/* Normal-like value: Irwin-Hall sum of the four bytes, scaled to unit variance (bounded by
- * +-3.45); the scalar and vector paths do the same float operations in the same order. */
-static inline float synth_normal32(uint32_t x) {
-    uint32_t p = (x & 0x00FF00FFu) + ((x >> 8) & 0x00FF00FFu);
-    return (float)((int32_t)((p & 0xFFFFu) + (p >> 16)) - 510) * (1.0f / 147.80054f);
-}
+/* Random bits for element i of stream `key` are epyq_rng_bits(key, i) (kernels-x86/counter_rng.h),
+ * the stream the kernel table's fill_normal draws normals from; this maps them to [0, 1). */
 static inline float synth_uniform(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 /* bf16 rounding (nearest even) of a finite float, kept as float */
-static inline float synth_round_bf16(float x) {
-    union { float f; uint32_t u; } v = {.f = x};
-    v.u = (v.u + 0x7FFFu + ((v.u >> 16) & 1u)) & 0xFFFF0000u;
-    return v.f;
-}
-/* round(mean + sg * normal) to bf16 for elements [i0, i0 + n) of a stream; AVX2 when the CPU
- * has it (same values either way). */
-void synth_fill_normal_range(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out);
-void synth_fill_normal_scalar(uint64_t key, float mean, float sg, uint64_t i0, size_t n, float *out);
-extern bool synth_no_simd; /* tests: force the scalar paths */
+static inline float synth_round_bf16(float x) { return epyq_bf16_to_f32(epyq_f32_to_bf16(x)); }
 
 /* How a logical tensor's values are drawn (chosen from its name, see draw.c). */
 typedef enum { RULE_NORMAL, RULE_ONE_PLUS_NORMAL, RULE_A_LOG, RULE_DT_BIAS } synth_rule_kind;
@@ -78,13 +53,6 @@ void synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *ou
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
 void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
                     uint8_t *z);
-
-/* The two halves of quantizing one group (x [SYNTH_GS]): min/max, then codes with a = the
- * divisor (Quark: its reciprocal, a multiplier) and zz = AWQ's zero; AVX2 when available. */
-void synth_minmax(const float *x, float *mn, float *mx);
-void synth_codes(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q);
-void synth_minmax_scalar(const float *x, float *mn, float *mx);
-void synth_codes_scalar(epyq_synth_format f, const float *x, float a, float zz, uint8_t *q);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "kernels-x86/kern.h"
 #include "synth/synth_int.h"
 #include "tests/testutil.h"
 #include "tests/unit/test_synth_ref.h"
@@ -110,31 +111,44 @@ START_TEST(test_quantize_rules) {
 }
 END_TEST
 
-/* ---- the AVX2 paths give the scalar definitions' values bit for bit ---- */
+/* ---- the generator's kernels: the AVX2 table's entries give the ref twins' bits on the
+ * generator's own streams and groups (every table on random data: tests/kern/test_fill_quant.c) ---- */
 
 START_TEST(test_simd_matches_scalar) {
+    const epyq_kern_table *ref = epyq_kern_for_isa(EPYQ_ISA_REF), *simd = epyq_kern_for_isa(EPYQ_ISA_AVX2);
+    if (!simd) {
+        printf("test_simd_matches_scalar: host has no AVX2, nothing to compare\n");
+        return;
+    }
+    ck_assert_ptr_nonnull(ref);
+    ck_assert(simd->fill_normal != ref->fill_normal && simd->quant_codes != ref->quant_codes);
     enum { N = 4096 };
     static float a[N], b[N];
     static const uint64_t starts[] = {0, 1, 7, 12345, 0xFFFFFFF0ull, 0x1000000003ull};
     for (size_t t = 0; t < sizeof starts / sizeof starts[0]; t++) {
         uint64_t key = synth_key(t, "model.language_model.layers.0.mlp.experts.0.up_proj.weight");
-        synth_fill_normal_range(key, 0.5f, 0.37f, starts[t], N - 3, a);
-        synth_fill_normal_scalar(key, 0.5f, 0.37f, starts[t], N - 3, b);
+        for (int i = 0; i < N; i++) a[i] = b[i] = NAN;
+        simd->fill_normal(key, 0.5f, 0.37f, starts[t], N - 3, a);
+        ref->fill_normal(key, 0.5f, 0.37f, starts[t], N - 3, b);
         ck_assert_msg(!memcmp(a, b, (N - 3) * sizeof *a), "fill at %llu", (unsigned long long)starts[t]);
+        ck_assert(isnan(a[N - 3])); /* nothing past n written */
     }
-    static const epyq_synth_format fs[] = {EPYQ_SYNTH_GPTQ, EPYQ_SYNTH_CT, EPYQ_SYNTH_QUARK, EPYQ_SYNTH_AWQ};
+    /* groups as quant.c forms them: each tool's rounding rule with a factor from the group */
+    static const epyq_q4_round rules[] = {EPYQ_Q4_ROUND_DIV, EPYQ_Q4_ROUND_DIV_BF16, EPYQ_Q4_ROUND_MUL_SYM,
+                                          EPYQ_Q4_ROUND_DIV};
     uint8_t q1[SYNTH_GS], q2[SYNTH_GS];
     int mismatch = 0;
     for (int g = 0; g < N / SYNTH_GS; g++) {
         float *x = a + g * SYNTH_GS, mn1, mx1, mn2, mx2;
         for (int i = 0; i < SYNTH_GS; i++) x[i] = bf16r((b[g * SYNTH_GS + i] - 0.5f) * (float)(g + 1) * (g % 3 ? 1 : 0.01f));
-        synth_minmax(x, &mn1, &mx1);
-        synth_minmax_scalar(x, &mn2, &mx2);
+        simd->minmax(x, SYNTH_GS, &mn1, &mx1);
+        ref->minmax(x, SYNTH_GS, &mn2, &mx2);
         mismatch += mn1 != mn2 || mx1 != mx2;
         for (int f = 0; f < 4; f++) {
-            float s = (mx2 - mn2) / 15, zz = fminf(fmaxf(-rintf(mn2 / s), 0), 15);
-            synth_codes(fs[f], x, fs[f] == EPYQ_SYNTH_QUARK ? 1 / s : s, zz, q1);
-            synth_codes_scalar(fs[f], x, fs[f] == EPYQ_SYNTH_QUARK ? 1 / s : s, zz, q2);
+            float s = (mx2 - mn2) / 15, zz = f == 3 ? fminf(fmaxf(-rintf(mn2 / s), 0), 15) : 8;
+            memset(q1, 0xEE, sizeof q1), memset(q2, 0xDD, sizeof q2);
+            simd->quant_codes(x, SYNTH_GS, rules[f] == EPYQ_Q4_ROUND_MUL_SYM ? 1 / s : s, zz, rules[f], q1);
+            ref->quant_codes(x, SYNTH_GS, rules[f] == EPYQ_Q4_ROUND_MUL_SYM ? 1 / s : s, zz, rules[f], q2);
             mismatch += memcmp(q1, q2, SYNTH_GS) != 0;
         }
     }
@@ -438,6 +452,15 @@ START_TEST(test_cli) {
     char *p = epyq_path_join(dir, "m/quantize_config.json");
     ck_assert_int_eq(access(p, R_OK), 0);
     free(p);
+    /* the files do not depend on the kernel table: the plain-C twins write the same bytes */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "EPYQ_MAX_ISA=ref '%s' synth -o '%s/r' --format gptq --layers 2 --experts 8 -s 3 -t 1 >/dev/null",
+             epyq_test_bin(), dir);
+    ck_assert_int_eq(system(cmd), 0);
+    char *mm = epyq_path_join(dir, "m"), *rr = epyq_path_join(dir, "r");
+    ck_assert(same_file(mm, rr, "model-00001-of-00002.safetensors"));
+    ck_assert(same_file(mm, rr, "model-00002-of-00002.safetensors"));
+    free(mm), free(rr);
     /* --tokenizer copies the file and the tokenizer_config.json beside it */
     snprintf(args, sizeof args, "-o '%s/n' --layers 1 --experts 8 --vocab 2048 --tokenizer '%s/m/tokenizer.json'", dir, dir);
     ck_assert_int_eq(run(args), 0);
