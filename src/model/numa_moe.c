@@ -80,7 +80,8 @@ static bool placed(const epyq_model_numa *n, const void *p) {
 }
 
 /* The dense linears: every projection of every layer (MTP layer included), router, shared
- * expert, lm_head and MTP fc; out may be NULL to count. */
+ * expert, lm_head and MTP fc. Past DENSE_MAX (10x the real model's count) the rest simply
+ * stay where the loader put them. */
 #define DENSE_MAX 4096
 static void add_layer(epyq_layer_rw *ly, epyq_rlin **out, int32_t *n) {
     epyq_rlin *l[] = {&ly->at.q, &ly->at.k, &ly->at.v, &ly->at.o, &ly->g.qkv, &ly->g.z, &ly->g.b, &ly->g.a,
@@ -191,7 +192,6 @@ void epyq_model_numa_free(epyq_model *m) {
 
 typedef struct {
     epyq_model *m;
-    int32_t group;
     const int32_t *list;     /* [n] plan index l * E + e of each expert of the group */
     const size_t *off;       /* [n_layers * E] byte offset of each expert in its group's buffer */
     uint8_t *base;           /* the group's buffer */
@@ -274,7 +274,7 @@ static epyq_status place_experts(epyq_model *m, epyq_err *err) {
         if (st != EPYQ_OK) epyq_err_prefix(err, "routed experts of node %d (%.2f GiB): ", (int)gr->node,
                                            (double)n->used[g] / (1 << 30));
         int32_t first = g ? count[g - 1] : 0;
-        jobs[g] = (pack_job){m, g, list + first, off, st == EPYQ_OK ? n->bufs[g].ptr : NULL, errs};
+        jobs[g] = (pack_job){m, list + first, off, st == EPYQ_OK ? n->bufs[g].ptr : NULL, errs};
     }
     if (st == EPYQ_OK) {
         /* every group packs its own experts on its own workers, all groups at once */
