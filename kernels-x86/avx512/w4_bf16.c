@@ -28,9 +28,12 @@ static const uint16_t code_bf16[32] = {
 W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                         const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
                         __m512 *facc) {
-    /* Four independent chains per row when few rows (VDPBF16PS latency), else two. */
+    /* Two accumulator chains per row whatever MR is: the chain count fixes the summation
+     * order, and a row's result must not depend on how many rows share the call (batched
+     * decode and --resume rely on it; tests/kern/test_w4.c checks it). Two chains keep a
+     * single row above one core's share of DRAM bandwidth despite VDPBF16PS latency. */
     enum { NA = 4 };
-    const int na = MR <= 2 ? 4 : 2;
+    const int na = 2;
     const int32_t gs = w->gs, bpg = gs / W4_KBLK;
     const size_t rb = w4_rec_bytes(gs);
     const __m512i tbl = _mm512_loadu_si512(code_bf16);
