@@ -9,9 +9,8 @@
  * the batch's tokens per expert before the expert kernels, and parallelises through the
  * model's thread pool. Work is split by output rows only and each token's expert outputs are
  * summed in its own top-k order, so results do not depend on the thread count, and a token's
- * result does not depend on which other tokens share its batch as long as the kernels' per-row
- * sums do not depend on how many rows share a call (true of the ref twins; the avx512_bf16
- * A16 expert kernel differs in the last bits — tests/unit/test_model_batch.c).
+ * result does not depend on which other tokens share its batch, because no kernel's per-row sum
+ * depends on how many rows share a call (tests/kern/test_w4.c, tests/unit/test_model_batch.c).
  *
  * A model is driven by one thread at a time; sequences belong to one model. */
 #ifndef EPYQ_MODEL_H
