@@ -38,7 +38,8 @@ typedef struct {
     int reps;
     bool warmup;
     out_fmt out;
-    epyq_numpath path;
+    epyq_numpath paths[2];  /* [n_paths] numeric paths, switched on the loaded model */
+    int n_paths;
     epyq_kv_type kv;
     size_t membw_bytes;
     epyq_numa_opts numa;
@@ -46,7 +47,7 @@ typedef struct {
 } opts;
 
 typedef struct {
-    char model[128], format[16], test[32], isa[24], numa[24];
+    char model[128], format[16], test[32], isa[24], numa[24], path[8];
     double size_gib, params_b;
     int threads, batch, n_prompt, n_gen;
     double ts_mean, ts_sd, gbps, pct, bw_read;
@@ -69,7 +70,8 @@ static void usage(FILE *f) {
             "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
             "  -r, --repetitions N      timed repetitions per test (default 5)\n"
             "  -o, --output FMT         md (default), csv, json or jsonl\n"
-            "  --path a16|a8            int4 expert kernels' numeric path (default a16)\n"
+            "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
+            "                           (default a16; switched without reloading the model)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
             "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
             "  --no-warmup              skip the untimed warm-up run\n"
@@ -108,6 +110,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->bat[0] = 1, o->n_bat = 1;
     o->thr[0] = (int)sysconf(_SC_NPROCESSORS_ONLN), o->n_thr = 1;
     o->reps = 5;
+    o->paths[0] = EPYQ_PATH_A16, o->n_paths = 1;
     o->warmup = true;
     o->membw_bytes = (size_t)1024 << 20;
     epyq_numa_opts_init(&o->numa);
@@ -138,9 +141,16 @@ static int parse(int argc, char **argv, opts *o) {
             else return fprintf(stderr, "epyq bench: -o: expected md|csv|json|jsonl, got '%s'\n", optarg), 2;
             break;
         case 'P':
-            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
-            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
-            else return fprintf(stderr, "epyq bench: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            o->n_paths = 0;
+            for (const char *p = optarg; *p;) {
+                size_t l = strcspn(p, ",");
+                if (o->n_paths == 2) return fprintf(stderr, "epyq bench: --path: at most two paths\n"), 2;
+                if (l == 3 && !strncmp(p, "a16", 3)) o->paths[o->n_paths++] = EPYQ_PATH_A16;
+                else if (l == 2 && !strncmp(p, "a8", 2)) o->paths[o->n_paths++] = EPYQ_PATH_A8;
+                else return fprintf(stderr, "epyq bench: --path: expected a16, a8 or a16,a8, got '%s'\n", optarg), 2;
+                p += l + (p[l] == ',');
+            }
+            if (o->n_paths == 0) return fprintf(stderr, "epyq bench: --path: empty list\n"), 2;
             break;
         case 'K':
             if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
@@ -225,10 +235,10 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 
 static void print_header(out_fmt f) {
     if (f == OUT_MD) {
-        printf("| model | format | size | params | isa | threads | numa | test | t/s | GB/s | %% read bw |\n");
-        printf("| --- | --- | ---: | ---: | --- | ---: | --- | --- | ---: | ---: | ---: |\n");
+        printf("| model | format | size | params | isa | path | threads | numa | test | t/s | GB/s | %% read bw |\n");
+        printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: |\n");
     } else if (f == OUT_CSV) {
-        printf("model,format,size_gib,params_b,isa,threads,numa,test,n_prompt,n_gen,n_batch,avg_ts,stddev_ts,"
+        printf("model,format,size_gib,params_b,isa,path,threads,numa,test,n_prompt,n_gen,n_batch,avg_ts,stddev_ts,"
                "gbps,read_gbps,pct_read_bw\n");
     } else if (f == OUT_JSON) {
         printf("[\n");
@@ -242,19 +252,19 @@ static void print_row(out_fmt f, const row *r, bool first) {
         else snprintf(size, sizeof size, "%.2f MiB", r->size_gib * 1024.0);
         if (r->params_b >= 1.0) snprintf(params, sizeof params, "%.2f B", r->params_b);
         else snprintf(params, sizeof params, "%.2f M", r->params_b * 1000.0);
-        printf("| %s | %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
-               r->format, size, params, r->isa, r->threads, r->numa, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
+        printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
+               r->format, size, params, r->isa, r->path, r->threads, r->numa, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
     } else if (f == OUT_CSV) {
-        printf("%s,%s,%.3f,%.3f,%s,%d,%s,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
-               r->params_b, r->isa, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
+        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
+               r->params_b, r->isa, r->path, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
                r->gbps, r->bw_read, r->pct);
     } else {
-        printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", "
+        printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", \"path\": \"%s\", "
                "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
                "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
                "\"pct_read_bw\": %.2f}%s",
                f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b, r->isa,
-               r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps,
+               r->path, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps,
                r->bw_read, r->pct, f == OUT_JSONL ? "\n" : "");
     }
     fflush(stdout);
@@ -267,7 +277,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
     epyq_numa_opts numa = o->numa;
     numa.n_threads = threads;
-    epyq_model_opts mo = {.path = o->path, .n_threads = threads, .skip_mtp = true,
+    epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = true,
                           .numa = o->use_numa ? &numa : NULL};
     bench_ctx c = {.o = o};
     epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
@@ -302,6 +312,9 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     else snprintf(r.numa, sizeof r.numa, "%s", epyq_numa_mode_name(numa.mode));
     uint64_t tok_bytes = epyq_model_active_bytes(c.m);
 
+    for (int pi = 0; st == EPYQ_OK && pi < o->n_paths; pi++) {
+    epyq_model_set_path(c.m, o->paths[pi]);
+    snprintf(r.path, sizeof r.path, "%s", o->paths[pi] == EPYQ_PATH_A8 ? "a8" : "a16");
     for (int i = 0; st == EPYQ_OK && i < o->n_pp; i++) {
         int n = o->pp[i];
         if (n == 0) continue;
@@ -340,6 +353,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             print_row(o->out, &r, *first);
             *first = false;
         }
+    }
     }
     for (int j = 0; c.seqs && j < max_b; j++) epyq_seq_free(c.seqs[j]);
     free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples);

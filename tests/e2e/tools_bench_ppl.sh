@@ -4,7 +4,7 @@
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 BN="bench -m $M -t 1 -p 8 -n 4 -b 1,2 -r 2 --membw-mb 8"
-COLS='["model","format","size_gib","params_b","isa","threads","numa","test","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
+COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
 expect 0 "bench -o json" "$EPYQ" $BN -o json
 jq -e --argjson cols "$COLS" '
   length == 3 and (map(.test) == ["pp8","tg4","tg4 b2"]) and
