@@ -31,6 +31,7 @@
 #include "tok/tokenizer.h"
 #include "tools/batch_req.h"
 #include "tools/cmd.h"
+#include "tools/gen.h"
 #include "tools/tool_model.h"
 
 static volatile sig_atomic_t g_stop; /* signal number that asked us to stop */
@@ -323,14 +324,9 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
     j->max_new = j->req.max_tokens;
     if ((int64_t)j->n_ids + j->max_new > b->ctx_limit) j->max_new = b->ctx_limit - (int32_t)j->n_ids;
     epyq_sample_params sp;
-    epyq_sample_defaults(&sp, b->cfg);
-    if (j->req.temperature >= 0) sp.temperature = (float)j->req.temperature;
-    if (j->req.top_p >= 0) sp.top_p = (float)j->req.top_p;
-    if (j->req.min_p >= 0) sp.min_p = (float)j->req.min_p;
-    if (j->req.top_k >= 0) sp.top_k = j->req.top_k;
-    if (j->req.presence_penalty >= 0) sp.presence_penalty = (float)j->req.presence_penalty;
-    if (j->req.repetition_penalty >= 0) sp.repetition_penalty = (float)j->req.repetition_penalty;
-    sp.seed = j->req.seed;
+    const epyq_sample_overrides so = {j->req.temperature, j->req.top_p, j->req.min_p, j->req.repetition_penalty,
+                                      j->req.presence_penalty, j->req.top_k, j->req.seed};
+    epyq_sample_overrides_apply(&so, b->cfg, &sp);
     if ((st = epyq_seq_create(&j->seq, b->m, (int32_t)j->n_ids + j->max_new, EPYQ_KV_BF16, err)) != EPYQ_OK) return st;
     if ((st = epyq_sampler_create(&j->smp, &sp, b->cfg->vocab_size, err)) != EPYQ_OK) return st;
     j->ts = epyq_tok_stream_new(b->tok, true);

@@ -161,14 +161,8 @@ int epyq_cmd_run(int argc, char **argv) {
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         epyq_sample_params sp;
-        epyq_sample_defaults(&sp, cfg);
-        if (o.temp >= 0) sp.temperature = (float)o.temp;
-        if (o.top_k >= 0) sp.top_k = (int32_t)o.top_k;
-        if (o.top_p >= 0) sp.top_p = (float)o.top_p;
-        if (o.min_p >= 0) sp.min_p = (float)o.min_p;
-        if (o.rep >= 0) sp.repetition_penalty = (float)o.rep;
-        if (o.pres >= 0) sp.presence_penalty = (float)o.pres;
-        sp.seed = o.seed;
+        const epyq_sample_overrides so = {o.temp, o.top_p, o.min_p, o.rep, o.pres, o.top_k, o.seed};
+        epyq_sample_overrides_apply(&so, cfg, &sp);
         int64_t want = o.ctx ? o.ctx : (int64_t)n_ids + o.n_predict + 16;
         if (want > cfg->max_position_embeddings) want = cfg->max_position_embeddings;
         if ((int64_t)n_ids > want)

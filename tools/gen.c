@@ -16,6 +16,18 @@ const char *epyq_finish_name(epyq_finish f) {
     return "?";
 }
 
+void epyq_sample_overrides_apply(const epyq_sample_overrides *o, const epyq_config *cfg,
+                                 epyq_sample_params *sp) {
+    epyq_sample_defaults(sp, cfg);
+    if (o->temperature >= 0) sp->temperature = (float)o->temperature;
+    if (o->top_k >= 0) sp->top_k = (int32_t)o->top_k;
+    if (o->top_p >= 0) sp->top_p = (float)o->top_p;
+    if (o->min_p >= 0) sp->min_p = (float)o->min_p;
+    if (o->repetition_penalty >= 0) sp->repetition_penalty = (float)o->repetition_penalty;
+    if (o->presence_penalty >= 0) sp->presence_penalty = (float)o->presence_penalty;
+    sp->seed = o->seed;
+}
+
 epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
                           const epyq_sample_params *sp, epyq_err *err) {
     memset(g, 0, sizeof *g);

@@ -19,6 +19,18 @@
 #include "model/sample.h"
 #include "tok/tokenizer.h"
 
+/* Sampling values a user or a request set on top of generation_config.json; a negative value
+ * keeps the checkpoint's default (seed always applies). Shared by run, chat and batch. */
+typedef struct {
+    double temperature, top_p, min_p, repetition_penalty, presence_penalty;
+    int64_t top_k;
+    uint64_t seed;
+} epyq_sample_overrides;
+
+/* generation_config defaults (epyq_sample_defaults) with the overrides applied. */
+void epyq_sample_overrides_apply(const epyq_sample_overrides *o, const epyq_config *cfg,
+                                 epyq_sample_params *out);
+
 typedef struct {
     epyq_model *model;       /* not owned */
     const epyq_tok *tok;     /* not owned */
