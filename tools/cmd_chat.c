@@ -209,8 +209,9 @@ static void on_text(void *ctx, const char *text, size_t len) {
     size_t r0 = r->reasoning.len, c0 = r->content.len;
     epyq_err e;
     if (epyq_reasoning_push(r->rp, text, len, &r->reasoning, &r->content, &e) != EPYQ_OK) return;
-    out_reasoning(r, r->reasoning.p + r0, r->reasoning.len - r0);
-    out_content(r, r->content.p + c0, r->content.len - c0);
+    /* a buffer that has not grown yet is NULL: only offset into it when it holds new text */
+    if (r->reasoning.len > r0) out_reasoning(r, r->reasoning.p + r0, r->reasoning.len - r0);
+    if (r->content.len > c0) out_content(r, r->content.p + c0, r->content.len - c0);
     fflush(stdout);
 }
 
