@@ -27,7 +27,7 @@ static void usage(FILE *f) {
                "  --prompt P     prefill length (default 512)\n"
                "  --seqs LIST    concurrent sequence counts for batched decode (default 8,32)\n"
                "  --steps N      decode steps per measurement (default 16)\n"
-               "  --path P       int4 routed-expert numeric path (default a16)\n");
+               "  --path P       int4 routed-expert numeric path (default a8)\n");
 }
 
 static int fail(const epyq_err *e) {
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
                                        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *dir = NULL;
     int threads = 0, prompt = 512, steps = 16, seqs[MAX_SEQ_COUNTS] = {8, 32}, n_seqs = 2, c;
-    epyq_numpath path = EPYQ_PATH_A16;
+    epyq_numpath path = EPYQ_PATH_A8;
     while ((c = getopt_long(argc, argv, "m:t:h", lo, NULL)) != -1) {
         switch (c) {
         case 'm': dir = optarg; break;

@@ -98,7 +98,7 @@ static void usage(FILE *f) {
             "  --chunk N             prompt tokens per forward call over all requests (default 512)\n"
             "  --resume              skip custom_ids already in the output, append the rest\n"
             "  -t, --threads N       threads (default: all allowed CPUs)\n"
-            "  --path a16|a8         int4 expert kernels' numeric path\n"
+            "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
             "  -h, --help            this text\n"
             "\n"
             "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
@@ -115,6 +115,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"threads", required_argument, 0, 't'}, {"path", required_argument, 0, OPT_PATH},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     o->max_batch = 8;
+    o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->ctx = 4096;
     o->chunk = 512;
     int c;

@@ -71,7 +71,7 @@ static void usage(FILE *f) {
             "  -r, --repetitions N      timed repetitions per test (default 5)\n"
             "  -o, --output FMT         md (default), csv, json or jsonl\n"
             "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
-            "                           (default a16; switched without reloading the model)\n"
+            "                           (default a8; switched without reloading the model)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
             "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
             "  --no-warmup              skip the untimed warm-up run\n"
@@ -110,7 +110,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->bat[0] = 1, o->n_bat = 1;
     o->thr[0] = (int)sysconf(_SC_NPROCESSORS_ONLN), o->n_thr = 1;
     o->reps = 5;
-    o->paths[0] = EPYQ_PATH_A16, o->n_paths = 1;
+    o->paths[0] = EPYQ_PATH_A8, o->n_paths = 1;
     o->warmup = true;
     o->membw_bytes = (size_t)1024 << 20;
     epyq_numa_opts_init(&o->numa);

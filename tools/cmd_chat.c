@@ -535,7 +535,7 @@ int epyq_cmd_chat(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
-    epyq_model_opts mo = {.n_threads = o.threads, .skip_mtp = true};
+    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = true};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);

@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "  --mtp-drafts K     number of draft rows with --mtp\n"
             "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
             "  --ref              use the plain-C double-precision reference (small models only)\n"
-            "  --path P           int4 expert kernels' numeric path: a16 (default) or a8\n"
+            "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
             "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
             "                     (same as EPYQ_MAX_ISA)\n"
             "  -t, --threads N    threads (default: one per allowed CPU)\n"
@@ -162,6 +162,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
         {"numa-fallback", no_argument, 0, 'U'}, {0, 0, 0, 0}};
     o->n_drafts = 2;
+    o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->n_ids = -1;
     epyq_numa_opts_init(&o->numa);
     int c, li = 0;

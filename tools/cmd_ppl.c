@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --kld-base FILE     save (FILE absent) or compare against (FILE present) per-token\n"
             "                      distributions: KL mean/max and top-1 agreement vs the base\n"
             "  -t, --threads N     threads (default: all allowed CPUs)\n"
-            "  --path a16|a8       int4 expert kernels' numeric path\n"
+            "  --path a16|a8       int4 expert kernels' numeric path (default a8)\n"
             "  -h, --help          this text\n");
 }
 
@@ -58,6 +58,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"kld-base", required_argument, 0, OPT_KLD}, {"threads", required_argument, 0, 't'},
         {"path", required_argument, 0, OPT_NPATH}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     o->ctx = 512;
+    o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     int c;
     char *end;
     optind = 1;

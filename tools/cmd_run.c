@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "  -s, --seed N           sampling seed (default 0)\n"
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
             "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
-            "  --path a16|a8          int4 expert kernels' numeric path\n"
+            "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
             "  -h, --help             this text\n");
 }
 
@@ -72,6 +72,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
         {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     o->n_predict = 128;
+    o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
     o->top_k = -1;
     int c;
