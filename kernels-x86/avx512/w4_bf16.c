@@ -81,8 +81,8 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
 
 #define A16_INST(MR)                                                                             \
     static void a16_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,    \
-                              const w4_a16_view *a, int32_t kx, int32_t t0, __m512 *facc) {     \
-        a16_rows(w, tile, g0, g1, a, kx, t0, MR, facc);                                          \
+                              const void *a, int32_t kx, int32_t t0, __m512 *facc) {            \
+        a16_rows(w, tile, g0, g1, (const w4_a16_view *)a, kx, t0, MR, facc);                     \
     }
 A16_INST(1)
 A16_INST(2)
@@ -93,34 +93,15 @@ A16_INST(6)
 A16_INST(7)
 A16_INST(8)
 
-typedef void (*a16_rows_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t,
-                            const w4_a16_view *, int32_t, int32_t, __m512 *);
-static const a16_rows_fn a16_rows_of[MR_MAX + 1] = {NULL,       a16_rows_1, a16_rows_2,
-                                                    a16_rows_3, a16_rows_4, a16_rows_5,
-                                                    a16_rows_6, a16_rows_7, a16_rows_8};
+static const w4_rows_fn a16_rows_of[MR_MAX + 1] = {NULL,       a16_rows_1, a16_rows_2,
+                                                  a16_rows_3, a16_rows_4, a16_rows_5,
+                                                  a16_rows_6, a16_rows_7, a16_rows_8};
 
 void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                  int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                  const float *rw) {
     const w4_a16_view a = w4_a16_of(x);
-    for (int32_t tile = n0 / W4_TILE; tile * W4_TILE < n1; tile++) {
-        const uint8_t *tp = w4_tile_ptr(w, tile);
-        const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
-        const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
-        /* Equal row chunks (17 rows = 9 + 8, not 16 + 1): every chunk reuses each unpack. */
-        const int32_t nch = (x->m + MR_MAX - 1) / MR_MAX;
-        for (int32_t c = 0; c < nch; c++) {
-            const int32_t t0 = x->m * c / nch;
-            const int mr = (int)(x->m * (c + 1) / nch - t0);
-            __m512 facc[MR_MAX];
-            a16_rows_of[mr](w, tp, g0, g1, &a, x->k, t0, facc);
-            for (int r = 0; r < mr; r++) {
-                __m512 v = facc[r];
-                if (rw) v = _mm512_mul_ps(v, _mm512_set1_ps(rw[t0 + r]));
-                w4_store_tile(y + (size_t)(t0 + r) * (size_t)ldy, n0, tile, lo, hi, v);
-            }
-        }
-    }
+    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a16_rows_of, MR_MAX);
 }
 
 static const epyq_w4_cores cores_bf16 = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx512bf16,

@@ -53,4 +53,35 @@ W4_INLINE void w4_store_tile(float *yrow, int32_t n0, int32_t tile, int32_t lo, 
     }
 }
 
+/* Computes mr (1..mr_max) activation rows starting at t0 against one tile, groups [g0, g1):
+ * facc[r] = the tile's 16 outputs for row t0 + r, before the routing weight. `view` is the
+ * path's prepared-activation view (w4_a8_view / w4_a16_view). */
+typedef void (*w4_rows_fn)(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
+                           const void *view, int32_t kx, int32_t t0, __m512 *facc);
+
+/* The tile loop every AVX-512 core shares: rows split into equal chunks of at most mr_max
+ * (17 rows = 9 + 8, not 16 + 1, so every chunk reuses each unpack), routing weight applied,
+ * rows [n0, n1) written. rows_of[mr] handles a chunk of mr rows. */
+W4_INLINE void w4_tiles_run(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                            const epyq_act *x, float *y, int32_t ldy, const float *rw,
+                            const void *view, const w4_rows_fn *rows_of, int32_t mr_max) {
+    for (int32_t tile = n0 / W4_TILE; tile * W4_TILE < n1; tile++) {
+        const uint8_t *tp = w4_tile_ptr(w, tile);
+        const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
+        const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
+        const int32_t nch = (x->m + mr_max - 1) / mr_max;
+        for (int32_t c = 0; c < nch; c++) {
+            const int32_t t0 = x->m * c / nch;
+            const int mr = (int)(x->m * (c + 1) / nch - t0);
+            __m512 facc[W4_ROWS_MAX];
+            rows_of[mr](w, tp, g0, g1, view, x->k, t0, facc);
+            for (int r = 0; r < mr; r++) {
+                __m512 v = facc[r];
+                if (rw) v = _mm512_mul_ps(v, _mm512_set1_ps(rw[t0 + r]));
+                w4_store_tile(y + (size_t)(t0 + r) * (size_t)ldy, n0, tile, lo, hi, v);
+            }
+        }
+    }
+}
+
 #endif

@@ -83,8 +83,8 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
 
 #define A8_INST(MR)                                                                              \
     static void a8_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,     \
-                             const w4_a8_view *a, int32_t kx, int32_t t0, __m512 *facc) {       \
-        a8_rows(w, tile, g0, g1, a, kx, t0, MR, facc);                                           \
+                             const void *a, int32_t kx, int32_t t0, __m512 *facc) {             \
+        a8_rows(w, tile, g0, g1, (const w4_a8_view *)a, kx, t0, MR, facc);                       \
     }
 A8_INST(1)
 A8_INST(2)
@@ -103,9 +103,7 @@ A8_INST(14)
 A8_INST(15)
 A8_INST(16)
 
-typedef void (*a8_rows_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t,
-                           const w4_a8_view *, int32_t, int32_t, __m512 *);
-static const a8_rows_fn a8_rows_of[MR_MAX + 1] = {
+static const w4_rows_fn a8_rows_of[MR_MAX + 1] = {
     NULL,       a8_rows_1,  a8_rows_2,  a8_rows_3,  a8_rows_4,  a8_rows_5,
     a8_rows_6,  a8_rows_7,  a8_rows_8,  a8_rows_9,  a8_rows_10, a8_rows_11,
     a8_rows_12, a8_rows_13, a8_rows_14, a8_rows_15, a8_rows_16};
@@ -114,24 +112,7 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                 const float *rw) {
     const w4_a8_view a = w4_a8_of(x);
-    for (int32_t tile = n0 / W4_TILE; tile * W4_TILE < n1; tile++) {
-        const uint8_t *tp = w4_tile_ptr(w, tile);
-        const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
-        const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
-        /* Equal row chunks (17 rows = 9 + 8, not 16 + 1): every chunk reuses each unpack. */
-        const int32_t nch = (x->m + MR_MAX - 1) / MR_MAX;
-        for (int32_t c = 0; c < nch; c++) {
-            const int32_t t0 = x->m * c / nch;
-            const int mr = (int)(x->m * (c + 1) / nch - t0);
-            __m512 facc[MR_MAX];
-            a8_rows_of[mr](w, tp, g0, g1, &a, x->k, t0, facc);
-            for (int r = 0; r < mr; r++) {
-                __m512 v = facc[r];
-                if (rw) v = _mm512_mul_ps(v, _mm512_set1_ps(rw[t0 + r]));
-                w4_store_tile(y + (size_t)(t0 + r) * (size_t)ldy, n0, tile, lo, hi, v);
-            }
-        }
-    }
+    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a8_rows_of, MR_MAX);
 }
 
 static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx2,
