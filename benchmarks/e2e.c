@@ -77,7 +77,10 @@ int main(int argc, char **argv) {
         case 'p': prompt = atoi(optarg); break;
         case 'n': steps = atoi(optarg); break;
         case 's': n_seqs = epyq_parse_int_list(optarg, seqs, MAX_SEQ_COUNTS); break;
-        case 'P': path = !strcmp(optarg, "a8") ? EPYQ_PATH_A8 : EPYQ_PATH_A16; break;
+        case 'P':
+            if (epyq_numpath_parse(optarg) < 0) return fprintf(stderr, "e2e: --path: expected a16 or a8\n"), 2;
+            path = (epyq_numpath)epyq_numpath_parse(optarg);
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -171,6 +171,12 @@ const char *epyq_isa_name(epyq_isa isa) {
     return (unsigned)isa < EPYQ_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
+int epyq_numpath_parse(const char *s) {
+    if (!strcmp(s, "a16")) return EPYQ_PATH_A16;
+    if (!strcmp(s, "a8")) return EPYQ_PATH_A8;
+    return -1;
+}
+
 int epyq_isa_parse(const char *s) {
     if (!s) return -1;
     for (int l = 0; l < EPYQ_ISA_COUNT; l++)

@@ -195,5 +195,7 @@ epyq_isa epyq_cpu_isa(void);
 const char *epyq_isa_name(epyq_isa isa);
 /* Parse "ref|avx2|avx512|avx512_vnni|avx512_bf16"; -1 if unknown. */
 int epyq_isa_parse(const char *s);
+/* Parse a numeric path name "a16" | "a8" (the --path flag of every tool); -1 if unknown. */
+int epyq_numpath_parse(const char *s);
 
 #endif

@@ -188,9 +188,9 @@ static int parse(int argc, char **argv, opts *o) {
         case 'o': o->out = optarg; break;
         case 'R': o->ref = true; break;
         case 'P':
-            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
-            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
-            else return fprintf(stderr, "epyq logits: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            if (epyq_numpath_parse(optarg) < 0)
+                return fprintf(stderr, "epyq logits: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
             break;
         case 'I':
             if (epyq_isa_parse(optarg) < 0)

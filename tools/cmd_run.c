@@ -103,9 +103,9 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case O_PATH:
-            if (!strcmp(optarg, "a16")) o->path = EPYQ_PATH_A16;
-            else if (!strcmp(optarg, "a8")) o->path = EPYQ_PATH_A8;
-            else return fprintf(stderr, "epyq run: --path: expected a16 or a8\n"), 2;
+            if (epyq_numpath_parse(optarg) < 0)
+                return fprintf(stderr, "epyq run: --path: expected a16 or a8, got '%s'\n", optarg), 2;
+            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
             break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq run: bad option (try --help)\n"); return 2;
