@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <time.h>
 
 /* "$EPYQ_SHARED/<sub>" if that path exists, else NULL. Result is a static buffer per call site's
  * use: copy it if you need two at once. */
@@ -36,6 +38,38 @@ static inline const char *epyq_test_bin(void) {
     const char *b = getenv("EPYQ_BUILDDIR");
     snprintf(buf, sizeof buf, "%s/epyq", b && *b ? b : ".");
     return buf;
+}
+
+/* Threads of this process whose name (comm) starts with prefix. */
+static inline int epyq_test_threads_named(const char *prefix) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], comm[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0) n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The same count, polled for up to two seconds until it equals want. pthread_join returns when the
+ * kernel clears the thread's tid, which comes before the task is released, so a joined thread's
+ * /proc/self/task entry can outlive the join for a moment (seen under ASan in CI). */
+static inline int epyq_test_threads_named_settled(const char *prefix, int want) {
+    int n = epyq_test_threads_named(prefix);
+    for (int i = 0; i < 200 && n != want; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        n = epyq_test_threads_named(prefix);
+    }
+    return n;
 }
 
 #endif

@@ -186,22 +186,6 @@ START_TEST(test_sys_check) {
 }
 END_TEST
 
-static int threads_named(const char *prefix) {
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        char path[300], comm[32] = {0};
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0) n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 START_TEST(test_rt_pools_from_plans) {
     epyq_topo *t = real_topo();
     epyq_numa_model m = {.name = "tiny", .n_layers = 2, .n_experts = 8, .top_k = 2, .expert_bytes = 4096,
@@ -216,12 +200,12 @@ START_TEST(test_rt_pools_from_plans) {
     ck_assert_msg(epyq_numa_rt_create(&rt, p, &err) == EPYQ_OK, "%s", err.msg);
     ck_assert_int_eq(rt->n_groups, 2);
     /* Pool 0's worker 0 is this thread; pool 1 is detached, all its workers are threads. */
-    ck_assert_int_eq(threads_named("numa0_t"), p->groups[0].n_threads - 1);
-    ck_assert_int_eq(threads_named("numa1_t"), p->groups[1].n_threads);
+    ck_assert_int_eq(epyq_test_threads_named("numa0_t"), p->groups[0].n_threads - 1);
+    ck_assert_int_eq(epyq_test_threads_named("numa1_t"), p->groups[1].n_threads);
     int32_t dn[4];
     ck_assert_int_eq(epyq_numa_plan_dense_nodes(p, dn, 4), 1);
     epyq_numa_rt_free(rt);
-    ck_assert_int_eq(threads_named("numa1_t"), 0);
+    ck_assert_int_eq(epyq_test_threads_named_settled("numa1_t", 0), 0);
     epyq_numa_plan_free(p);
 
     /* A plan for a synthetic machine names CPUs this one does not have: pools refuse. */

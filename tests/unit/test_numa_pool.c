@@ -1,7 +1,6 @@
 /* tests/unit/test_numa_pool.c — numa/pool.h: every task runs exactly once, back-to-back runs,
  * pinning and thread names, nested and detached use, clear errors, and idle pools that sleep. */
 #include <check.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "numa/pool.h"
+#include "tests/testutil.h"
 
 static bool fast_mode(void) {
     const char *f = getenv("EPYQ_FAST");
@@ -268,24 +268,6 @@ static void pin_task(void *vctx, int32_t task, int32_t worker) {
     if (sched_getcpu() != c->cpus[worker]) atomic_store(&c->wrong_cpu, 1);
 }
 
-static int count_threads_named(const char *prefix) {
-    DIR *d = opendir("/proc/self/task");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[300], comm[32] = {0};
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0) n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 START_TEST(test_pinning_and_names) {
     int cpus[CPU_SETSIZE];
     int n_cpu = allowed_cpus(cpus, CPU_SETSIZE);
@@ -302,9 +284,9 @@ START_TEST(test_pinning_and_names) {
     pin_ctx c = {.cpus = list};
     for (int rep = 0; rep < 50; rep++) epyq_pool_run(p, pin_task, &c, 16);
     ck_assert_int_eq(atomic_load(&c.wrong_cpu), 0);
-    ck_assert_int_eq(count_threads_named("numa3_t"), n - 1);
+    ck_assert_int_eq(epyq_test_threads_named("numa3_t"), n - 1);
     epyq_pool_free(p);
-    ck_assert_int_eq(count_threads_named("numa3_t"), 0);
+    ck_assert_int_eq(epyq_test_threads_named_settled("numa3_t", 0), 0);
     pthread_getaffinity_np(pthread_self(), sizeof after, &after);
     ck_assert(CPU_EQUAL(&before, &after));
 }
