@@ -79,6 +79,69 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
     W4_ROWS(MR, facc[r] = f[r];);
 }
 
+/* One activation row against NT consecutive tiles (see w4_tiles1_fn): per tile the same two
+ * chains in the same order as a16_rows, so the same bits; NT tiles make NT weight streams. */
+W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,
+                          const w4_a16_view *a, int32_t kx, size_t pf, const int NT,
+                          __m512 *facc) {
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK;
+    const size_t rb = w4_rec_bytes(gs), tb = w4_tile_bytes(w->k, gs, w->asym);
+    const __m512i tbl = _mm512_loadu_si512(code_bf16);
+    __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
+    W4_ROWS(NT, f[r] = _mm512_setzero_ps(););
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec0 = tile0 + (size_t)g * rb;
+        const int32_t i0 = (g - g0) * gs;
+        const uint16_t *xg = a->xb + (size_t)i0;
+        __m512 acc[W4_ROWS_MAX][2];
+        W4_ROWS(NT, acc[r][0] = acc[r][1] = _mm512_setzero_ps(););
+        for (int32_t b = 0; b < bpg; b++) {
+            const uint16_t *xr = xg + (size_t)b * W4_KBLK;
+            W4_ROWS(NT, {
+                const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
+                const __m512i v = _mm512_loadu_si512(p);
+                _mm_prefetch((const char *)(p + pf), _MM_HINT_T0);
+                acc[r][0] = w4_dpbf16_b(acc[r][0], _mm512_permutexvar_epi16(v, tbl), xr);
+                acc[r][1] = w4_dpbf16_b(acc[r][1],
+                                        _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 4), tbl), xr + 2);
+                acc[r][0] = w4_dpbf16_b(acc[r][0],
+                                        _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 8), tbl), xr + 4);
+                acc[r][1] = w4_dpbf16_b(
+                    acc[r][1], _mm512_permutexvar_epi16(_mm512_srli_epi32(v, 12), tbl), xr + 6);
+            });
+        }
+        const __m512 gsum = w->asym ? _mm512_set1_ps(w4_a16_group_sum(a, kx, 0, i0, gs))
+                                    : _mm512_setzero_ps();
+        W4_ROWS(NT, {
+            const uint8_t *tile = tile0 + (size_t)r * tb;
+            const __m512 s = _mm512_loadu_ps(tile + (size_t)g * rb + (size_t)bpg * W4_BLOCK);
+            __m512 dot = _mm512_add_ps(acc[r][0], acc[r][1]);
+            if (w->asym) {
+                const __m512 zf = _mm512_sub_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                        (const __m128i *)(w4_tile_zeros(w, tile) + (size_t)g * W4_TILE)))),
+                    _mm512_set1_ps(8.0f));
+                dot = _mm512_fnmadd_ps(zf, gsum, dot);
+            }
+            f[r] = _mm512_fmadd_ps(s, dot, f[r]);
+        });
+    }
+    W4_ROWS(NT, facc[r] = f[r];);
+}
+
+#define A16_T1(NT)                                                                               \
+    static void a16_tiles1_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1, \
+                                const void *a, int32_t kx, size_t pf, __m512 *facc) {           \
+        a16_tiles1(w, tile0, g0, g1, (const w4_a16_view *)a, kx, pf, NT, facc);                  \
+    }
+A16_T1(1)
+A16_T1(2)
+A16_T1(3)
+A16_T1(4)
+
+static const w4_tiles1_fn a16_tiles1_of[W4_MULTI_NT + 1] = {NULL, a16_tiles1_1, a16_tiles1_2,
+                                                            a16_tiles1_3, a16_tiles1_4};
+
 #define A16_INST(MR)                                                                             \
     static void a16_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,    \
                               const void *a, int32_t kx, int32_t t0, __m512 *facc) {            \
@@ -101,7 +164,7 @@ void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32
                                  int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                  const float *rw) {
     const w4_a16_view a = w4_a16_of(x);
-    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a16_rows_of, MR_MAX);
+    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a16_rows_of, MR_MAX, a16_tiles1_of);
 }
 
 static const epyq_w4_cores cores_bf16 = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx512bf16,

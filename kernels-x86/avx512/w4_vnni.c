@@ -81,6 +81,66 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
     W4_ROWS(MR, facc[r] = f[r];);
 }
 
+/* One activation row against NT consecutive tiles (see w4_tiles1_fn): two chains per tile,
+ * NT tiles give 2 NT independent VPDPBUSD chains and NT weight streams. The epilogue is
+ * a8_rows's with MR = 1, so the results are the same bits. */
+W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,
+                         const w4_a8_view *a, int32_t kx, size_t pf, const int NT,
+                         __m512 *facc) {
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK;
+    (void)kx; /* one row: the activation row stride is never needed */
+    const size_t rb = w4_rec_bytes(gs), tb = w4_tile_bytes(w->k, gs, w->asym);
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
+    W4_ROWS(NT, f[r] = _mm512_setzero_ps(););
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec0 = tile0 + (size_t)g * rb;
+        const int8_t *xg = a->x8 + (size_t)(g - g0) * (size_t)gs;
+        __m512i acc[W4_ROWS_MAX][2];
+        W4_ROWS(NT, acc[r][0] = acc[r][1] = _mm512_setzero_si512(););
+        for (int32_t b = 0; b < bpg; b++) {
+            const int8_t *xr = xg + (size_t)b * W4_KBLK;
+            W4_ROWS(NT, {
+                const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
+                const __m512i v = _mm512_loadu_si512(p);
+                _mm_prefetch((const char *)(p + pf), _MM_HINT_T0);
+                acc[r][0] = w4_dpbusd_b(acc[r][0], _mm512_and_si512(v, m0f), xr);
+                acc[r][1] = w4_dpbusd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f),
+                                        xr + 4);
+            });
+        }
+        const size_t tg = (size_t)(g - g0);
+        const __m512 sd0 = _mm512_set1_ps(a->d[tg]);
+        W4_ROWS(NT, {
+            const uint8_t *tile = tile0 + (size_t)r * tb;
+            const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
+            const __m512 s = _mm512_loadu_ps(tile + (size_t)g * rb + (size_t)bpg * W4_BLOCK);
+            const __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
+            const __m512i zsum =
+                zeros ? _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                               (const __m128i *)(zeros + (size_t)g * W4_TILE))),
+                                           _mm512_set1_epi32(a->sum8[tg]))
+                      : _mm512_set1_epi32(8 * a->sum8[tg]);
+            const __m512i corr = _mm512_sub_epi32(dot, zsum);
+            f[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, sd0), _mm512_cvtepi32_ps(corr), f[r]);
+        });
+    }
+    W4_ROWS(NT, facc[r] = f[r];);
+}
+
+#define A8_T1(NT)                                                                                \
+    static void a8_tiles1_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,  \
+                               const void *a, int32_t kx, size_t pf, __m512 *facc) {            \
+        a8_tiles1(w, tile0, g0, g1, (const w4_a8_view *)a, kx, pf, NT, facc);                    \
+    }
+A8_T1(1)
+A8_T1(2)
+A8_T1(3)
+A8_T1(4)
+
+static const w4_tiles1_fn a8_tiles1_of[W4_MULTI_NT + 1] = {NULL, a8_tiles1_1, a8_tiles1_2,
+                                                           a8_tiles1_3, a8_tiles1_4};
+
 #define A8_INST(MR)                                                                              \
     static void a8_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,     \
                              const void *a, int32_t kx, int32_t t0, __m512 *facc) {             \
@@ -112,7 +172,7 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                 const float *rw) {
     const w4_a8_view a = w4_a8_of(x);
-    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a8_rows_of, MR_MAX);
+    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a8_rows_of, MR_MAX, a8_tiles1_of);
 }
 
 static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx2,
