@@ -1,7 +1,7 @@
 /* kernels-x86/w4_drive.c — the int4 table entries, written once over an ISA's cores.
  *
  * w4_gemm is one core call. w4_expert fuses a routed expert over an intermediate slice:
- * gate and up are computed CH rows at a time into a few KiB of scratch (they never reach
+ * gate and up are computed a round of rows at a time into a few KiB of scratch (they never reach
  * DRAM), combined into h = silu(gate) * up, h is prepared as the activation of the down
  * projection (same numeric path as x), and the down core multiplies the matching column
  * slice of down and applies the routing weight while writing y. Every step is a fixed
@@ -12,8 +12,11 @@
 #include "kernels-x86/w4_layout.h"
 
 /* Intermediate rows computed per gate/up round: large enough to amortise a core call,
- * small enough that gate/up results stay in L1 (2 x m x CH floats). */
-#define CH 64
+ * small enough that gate/up results stay in L1 (2 x m x ch floats). With few tokens the
+ * round is the core's whole stream, so it gets more rows: a one-row core walks 4 tiles
+ * (64 rows) at once and prefetches only inside its call (w4_tiles1_fn), and 64-row
+ * rounds left the gate/up streams without any software prefetch. */
+static int32_t round_rows(int32_t m) { return m <= 4 ? 256 : 64; }
 
 static epyq_w4_core_fn core_for(const epyq_w4_cores *c, epyq_numpath path) {
     return path == EPYQ_PATH_A8 ? c->a8 : c->a16;
@@ -25,12 +28,12 @@ void epyq_w4_gemm_with(const epyq_w4_cores *c, const epyq_w4 *w, int32_t n0, int
     core_for(c, x->path)(w, n0, n1, 0, w->k / w->gs, x, y + n0, ldy, NULL);
 }
 
-/* Scratch: h [m][n_inter] fp32 | gate, up [m][CH] fp32 each | h's prepared activation. */
+/* Scratch: h [m][n_inter] fp32 | gate, up [m][ch] fp32 each | h's prepared activation. */
 static size_t off_gu(int32_t m, int32_t n_inter) {
     return w4_align64((size_t)m * (size_t)n_inter * sizeof(float));
 }
 static size_t off_act(int32_t m, int32_t n_inter) {
-    return off_gu(m, n_inter) + 2 * w4_align64((size_t)m * CH * sizeof(float));
+    return off_gu(m, n_inter) + 2 * w4_align64((size_t)m * (size_t)round_rows(m) * sizeof(float));
 }
 
 size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k) {
@@ -45,20 +48,20 @@ static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
                          const epyq_w4 *down, int32_t i0, int32_t i1, const epyq_act *x,
                          const float *rw, float *y, int32_t ldy, void *scratch) {
-    const int32_t m = x->m, ni = i1 - i0;
+    const int32_t m = x->m, ni = i1 - i0, ch = round_rows(m);
     const epyq_w4_core_fn core = core_for(c, x->path);
     uint8_t *sb = (uint8_t *)scratch;
     float *h = (float *)sb;                              /* [m][ni] */
-    float *gt = (float *)(sb + off_gu(m, ni));           /* [m][CH] */
-    float *ut = gt + w4_align64((size_t)m * CH * sizeof(float)) / sizeof(float); /* [m][CH] */
-    for (int32_t r0 = i0; r0 < i1; r0 += CH) {
-        const int32_t r1 = r0 + CH < i1 ? r0 + CH : i1;
-        core(gate, r0, r1, 0, gate->k / gate->gs, x, gt, CH, NULL);
-        core(up, r0, r1, 0, up->k / up->gs, x, ut, CH, NULL);
+    float *gt = (float *)(sb + off_gu(m, ni));           /* [m][ch] */
+    float *ut = gt + w4_align64((size_t)m * (size_t)ch * sizeof(float)) / sizeof(float); /* [m][ch] */
+    for (int32_t r0 = i0; r0 < i1; r0 += ch) {
+        const int32_t r1 = r0 + ch < i1 ? r0 + ch : i1;
+        core(gate, r0, r1, 0, gate->k / gate->gs, x, gt, ch, NULL);
+        core(up, r0, r1, 0, up->k / up->gs, x, ut, ch, NULL);
         for (int32_t t = 0; t < m; t++)
             for (int32_t i = 0; i < r1 - r0; i++)
                 h[(size_t)t * (size_t)ni + (size_t)(r0 - i0 + i)] =
-                    silu(gt[(size_t)t * CH + (size_t)i]) * ut[(size_t)t * CH + (size_t)i];
+                    silu(gt[(size_t)t * (size_t)ch + (size_t)i]) * ut[(size_t)t * (size_t)ch + (size_t)i];
     }
     epyq_act hx;
     c->act_prep(&hx, h, m, ni, down->gs, x->path, sb + off_act(m, ni));
