@@ -17,7 +17,7 @@
  * weight bytes streamed (packed int4 incl. scales, or bf16), that as % of the read bandwidth
  * measured at the start of the same run with the same thread count (kernels-x86/membw.h),
  * GOPS (2 m n k per item) and % of the register-only instruction peak (VPDPBUSD for A8,
- * VDPBF16PS for A16 and bf16) times the thread count. --json prints one object per row. */
+ * VPDPWSSD for A16, VDPBF16PS for bf16) times the thread count. --json prints one object per row. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -295,8 +295,11 @@ static void free_w4(epyq_w4 *w, size_t count) {
 
 typedef struct {
     double read_gbps[MAX_THREADS + 1]; /* by thread count */
-    double peak_a8, peak_bf16;         /* ops/s of one thread; 0 when the ISA lacks it */
+    double peak[3];                    /* ops/s of one thread by peak_kind; 0 = ISA lacks it */
 } limits;
+
+/* The instruction a row is judged against. */
+enum peak_kind { PEAK_BF16, PEAK_A8, PEAK_A16 };
 
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -305,7 +308,7 @@ static int cmp_d(const void *a, const void *b) {
 
 static void report(const opts *o, const limits *lim, const row *r, const char *kernel,
                    const char *shape, const char *path, double bytes_per_item,
-                   double ops_per_item, int peak_is_a8) {
+                   double ops_per_item, enum peak_kind pk) {
     double t[MAX_REPS];
     memcpy(t, r->times, (size_t)r->reps * sizeof(double));
     qsort(t, (size_t)r->reps, sizeof(double), cmp_d);
@@ -315,7 +318,7 @@ static void report(const opts *o, const limits *lim, const row *r, const char *k
     const double rd = lim->read_gbps[r->threads];
     const double pct_bw = rd > 0 ? 100.0 * gbps / rd : NAN;
     const double gops = ops_per_item / med / 1e9;
-    const double peak = (peak_is_a8 ? lim->peak_a8 : lim->peak_bf16) * r->threads / 1e9;
+    const double peak = lim->peak[pk] * r->threads / 1e9;
     const double pct_peak = peak > 0 ? 100.0 * gops / peak : NAN;
     if (o->json) {
         printf("{\"kernel\":\"%s\",\"shape\":\"%s\",\"path\":\"%s\",\"table\":\"%s\",\"m\":%d,"
@@ -373,7 +376,7 @@ static void bench_gemm_w4(const opts *o, const limits *lim, const epyq_kern_tabl
                 r.y[0] = xalloc((size_t)r.m * (size_t)n * sizeof(float));
                 run_row(&r);
                 report(o, lim, &r, "w4_gemm", shape, p ? "A8" : "A16", (double)w[0].bytes,
-                       2.0 * r.m * n * (double)k, p);
+                       2.0 * r.m * n * (double)k, p ? PEAK_A8 : PEAK_A16);
                 free(r.y[0]);
                 free(xb);
                 free(xf);
@@ -399,7 +402,7 @@ static void bench_gemm_bf16(const opts *o, const limits *lim, const epyq_kern_ta
             r.y[0] = xalloc((size_t)r.m * (size_t)n * sizeof(float));
             run_row(&r);
             report(o, lim, &r, "bf16_gemm", shape, "bf16", (double)one, 2.0 * r.m * n * (double)k,
-                   0);
+                   PEAK_BF16);
             free(r.y[0]);
             free(xb);
             free(xf);
@@ -436,7 +439,7 @@ static void bench_experts(const opts *o, const limits *lim, const epyq_kern_tabl
                 report(o, lim, &r, moe8 ? "w4_moe8" : "w4_expert",
                        moe8 ? "8x(2x512x2048+2048x512)" : "2x512x2048+2048x512", p ? "A8" : "A16",
                        per * (double)(w[0].bytes + w[1].bytes + w[2].bytes),
-                       per * 2.0 * r.m * 3.0 * inter * (double)hid, p);
+                       per * 2.0 * r.m * 3.0 * inter * (double)hid, p ? PEAK_A8 : PEAK_A16);
                 for (int t = 0; t < r.threads; t++) {
                     free(r.y[t]);
                     free(r.scratch[t]);
@@ -449,14 +452,20 @@ static void bench_experts(const opts *o, const limits *lim, const epyq_kern_tabl
 
 /* ---- limits ------------------------------------------------------------------------------- */
 
-static double time_peak(int a8) {
-    uint64_t iters = 1 << 16, ops = 0;
-    double dt = 0;
+static uint64_t run_peak(enum peak_kind pk, uint64_t iters) {
     int32_t si;
     float sf;
+    return pk == PEAK_A8    ? epyq_w4_peak_dpbusd_avx512vnni(iters, &si)
+           : pk == PEAK_A16 ? epyq_w4_peak_dpwssd_avx512vnni(iters, &si)
+                            : epyq_w4_peak_dpbf16_avx512bf16(iters, &sf);
+}
+
+static double time_peak(enum peak_kind pk) {
+    uint64_t iters = 1 << 16, ops = 0;
+    double dt = 0;
     for (;;) { /* grow until one run lasts >= 0.2 s; take the best of 3 */
         const double t0 = epyq_now();
-        ops = a8 ? epyq_w4_peak_dpbusd_avx512vnni(iters, &si) : epyq_w4_peak_dpbf16_avx512bf16(iters, &sf);
+        ops = run_peak(pk, iters);
         dt = epyq_now() - t0;
         if (dt >= 0.2) break;
         iters *= 2;
@@ -464,7 +473,7 @@ static double time_peak(int a8) {
     double best = (double)ops / dt;
     for (int i = 0; i < 2; i++) {
         const double t0 = epyq_now();
-        ops = a8 ? epyq_w4_peak_dpbusd_avx512vnni(iters, &si) : epyq_w4_peak_dpbf16_avx512bf16(iters, &sf);
+        ops = run_peak(pk, iters);
         dt = epyq_now() - t0;
         if ((double)ops / dt > best) best = (double)ops / dt;
     }
@@ -478,25 +487,27 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
         lim->read_gbps[t] = epyq_membw_read_gbps(2 * o->ws_bytes, t);
     }
     pin(n_cpus > 0 ? cpu_list[0] : -1);
-    if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak_a8 = time_peak(1);
-    if (kt->isa >= EPYQ_ISA_AVX512_BF16) lim->peak_bf16 = time_peak(0);
+    if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A8] = time_peak(PEAK_A8);
+    if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A16] = time_peak(PEAK_A16);
+    if (kt->isa >= EPYQ_ISA_AVX512_BF16) lim->peak[PEAK_BF16] = time_peak(PEAK_BF16);
     if (!o->json) {
         printf("# benchmarks/kernels: table %s (host %s), reps %d, working set %zu MiB per row\n",
                kt->name, epyq_isa_name(epyq_cpu_isa()), o->reps, o->ws_bytes >> 20);
         for (int i = 0; i < o->n_threads; i++)
             printf("# read bandwidth, %d thread(s): %.2f GB/s (median of 5, %zu MiB buffer)\n",
                    o->threads[i], lim->read_gbps[o->threads[i]], (2 * o->ws_bytes) >> 20);
-        printf("# peak per thread: VPDPBUSD %.1f GOPS, VDPBF16PS %.1f GFLOPS (register-only, "
-               "0 = not on this table)\n",
-               lim->peak_a8 / 1e9, lim->peak_bf16 / 1e9);
+        printf("# peak per thread: VPDPBUSD %.1f GOPS, VPDPWSSD %.1f GOPS, VDPBF16PS %.1f GFLOPS "
+               "(register-only, 0 = not on this table)\n",
+               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9);
     } else {
         for (int i = 0; i < o->n_threads; i++)
             printf("{\"kernel\":\"read_bw\",\"shape\":\"%zuMiB\",\"m\":0,\"threads\":%d,"
                    "\"gbps\":%.2f,\"pct_read_bw\":100.0}\n",
                    (2 * o->ws_bytes) >> 20, o->threads[i], lim->read_gbps[o->threads[i]]);
         printf("{\"kernel\":\"peak\",\"shape\":\"register\",\"m\":0,\"threads\":1,\"gbps\":0,"
-               "\"pct_read_bw\":0,\"dpbusd_gops\":%.1f,\"dpbf16_gflops\":%.1f,\"table\":\"%s\"}\n",
-               lim->peak_a8 / 1e9, lim->peak_bf16 / 1e9, kt->name);
+               "\"pct_read_bw\":0,\"dpbusd_gops\":%.1f,\"dpwssd_gops\":%.1f,\"dpbf16_gflops\":%.1f,"
+               "\"table\":\"%s\"}\n",
+               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9, kt->name);
     }
 }
 

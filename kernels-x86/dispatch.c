@@ -68,8 +68,8 @@ static const epyq_kern_table own_avx512 = {
     .stream_read = epyq_stream_read_avx512,
 };
 
-/* + VNNI (VPDPBUSD): Intel Cascade Lake (2019-), Ice Lake. Dense kernels are those of
- * avx512; the int4 A8 path gains VPDPBUSD here. */
+/* + VNNI (VPDPBUSD, VPDPWSSD): Intel Cascade Lake (2019-), Ice Lake. Dense kernels are those
+ * of avx512; both int4 paths gain their VNNI cores here (A8 VPDPBUSD, A16 VPDPWSSD). */
 static const epyq_kern_table own_avx512_vnni = {
     .w4_gemm = epyq_w4_gemm_avx512vnni,
     .w4_expert = epyq_w4_expert_avx512vnni,
@@ -79,8 +79,6 @@ static const epyq_kern_table own_avx512_vnni = {
 /* + BF16 (VDPBF16PS): Intel Cooper Lake, Sapphire Rapids (2023-); AMD Zen 4 (EPYC Genoa,
  * Bergamo, Siena; 2022-) and Zen 5 (EPYC Turin; 2024-) — the targets of this project. */
 static const epyq_kern_table own_avx512_bf16 = {
-    .w4_gemm = epyq_w4_gemm_avx512bf16,
-    .w4_expert = epyq_w4_expert_avx512bf16,
     .bf16_gemm = epyq_bf16_gemm_avx512bf16,
 };
 

@@ -11,12 +11,14 @@
  * in the "ref" table; tests compare each table against it (tests/kern/).
  *
  * Numeric paths for int4 weights (caller chooses per call through epyq_act.path):
- *   EPYQ_PATH_A16 — activations rounded to bf16, int4 codes widened to bf16, VDPBF16PS,
- *                   fp32 accumulation;
- *   EPYQ_PATH_A8  — activations quantised to int8 per group of gs on the fly (scale =
+ *   EPYQ_PATH_A16 — activations quantised to int16 per group of gs on the fly (step =
+ *                   max|x|/32767: finer than bf16 rounding for every element above 1/128 of
+ *                   its group's largest), VPDPWSSD, fp32 per-group rescale;
+ *   EPYQ_PATH_A8  — activations quantised to int8 per group of gs on the fly (step =
  *                   max|x|/127), VPDPBUSD, fp32 per-group rescale.
- * The ref twin of each path performs the same roundings, so SIMD-vs-ref differences are
- * only fp32 summation order; each kernel file states its bound against a double reference. */
+ * Both integer dots are exact and every table performs the ref twin's fp32 epilogue, so
+ * every table's int4 results equal the ref twin's bit for bit; each kernel file states its
+ * bound against a double reference. */
 #ifndef EPYQ_KERN_H
 #define EPYQ_KERN_H
 
@@ -35,7 +37,7 @@ typedef enum {
 } epyq_isa;
 
 typedef enum {
-    EPYQ_PATH_A16 = 0, /* bf16 activations (default for conformance) */
+    EPYQ_PATH_A16 = 0, /* int16 per-group activations (default for conformance) */
     EPYQ_PATH_A8 = 1,  /* int8 per-group activations (VNNI) */
 } epyq_numpath;
 
@@ -75,8 +77,8 @@ typedef struct {
     void *buf;            /* epyq_act_bytes() bytes: path-specific copy, layout private */
 } epyq_act;
 
-/* 0 when the int4 kernels cannot use the shape: k must be a multiple of 32 (A16) or of gs
- * (A8). A8 int4 kernels need x->gs equal to the weight's gs. */
+/* 0 when the int4 kernels cannot use the shape: k must be a multiple of 32 and of gs
+ * (gs >= 32). The int4 kernels need x->gs equal to the weight's gs. */
 size_t epyq_act_bytes(int32_t m, int32_t k, int32_t gs, epyq_numpath path);
 
 /* How quant_codes rounds one value x to an int4 code q in 0..15, given the per-group

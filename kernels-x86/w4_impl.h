@@ -49,7 +49,7 @@ void epyq_w4_core_a16_ref(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
                           const epyq_act *x, float *y, int32_t ldy, const float *rw);
 EPYQ_DECLARE_W4(ref);
 
-/* avx2: VPMADDUBSW (A8) and fp32 FMA on widened codes (A16) (kernels-x86/avx2/w4_avx2.c).
+/* avx2: VPMADDUBSW (A8) and VPMADDWD (A16) (kernels-x86/avx2/w4_avx2.c).
  * Also serves the avx512 level (AVX-512 F/BW without VNNI has no faster int4 path here). */
 void epyq_w4_core_a8_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
                           const epyq_act *x, float *y, int32_t ldy, const float *rw);
@@ -57,21 +57,21 @@ void epyq_w4_core_a16_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                            const epyq_act *x, float *y, int32_t ldy, const float *rw);
 EPYQ_DECLARE_W4(avx2);
 
-/* avx512_vnni: VPDPBUSD for A8 (kernels-x86/avx512/w4_vnni.c); A16 uses the avx2 core. */
+/* avx512_vnni: VPDPBUSD for A8 (kernels-x86/avx512/w4_vnni.c) and VPDPWSSD for A16
+ * (kernels-x86/avx512/w4_i16.c); the avx512_bf16 level has no int4 kernels of its own. */
 void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                 const float *rw);
-EPYQ_DECLARE_W4(avx512vnni);
-
-/* avx512_bf16: VDPBF16PS for A16 (kernels-x86/avx512/w4_bf16.c) + the VNNI A8 core. */
-void epyq_w4_core_a16_avx512bf16(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+void epyq_w4_core_a16_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                  int32_t g1, const epyq_act *x, float *y, int32_t ldy,
                                  const float *rw);
-EPYQ_DECLARE_W4(avx512bf16);
+EPYQ_DECLARE_W4(avx512vnni);
 
 /* Register-only peak probes for benchmarks/kernels (kernels-x86/avx512/w4_peak.c): run
- * `iters` rounds of 16 independent VPDPBUSD / VDPBF16PS and return the operations done. */
+ * `iters` rounds of 16 independent VPDPBUSD / VPDPWSSD / VDPBF16PS and return the
+ * operations done. */
 uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink);
+uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink);
 uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink);
 
 #endif

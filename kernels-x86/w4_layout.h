@@ -15,8 +15,8 @@
  * operands from it with a shift and a mask (no shuffles across lanes):
  *   A8 (VPDPBUSD, 4 bytes per lane): v & 0x0f.. gives the codes of k0+{0,2,4,6},
  *       (v >> 4) & 0x0f.. those of k0+{1,3,5,7};
- *   A16 (VDPBF16PS, 2 bf16 per lane): (v >> 4t) keeps k0+t in the low and k0+t+4 in the
- *       high 16-bit half of each lane (t = 0..3); VPERMW maps a nibble to its bf16 value.
+ *   A16 (VPDPWSSD, 2 int16 per lane): (v >> 4t) & 0x000f000f.. keeps k0+t in the low and
+ *       k0+t+4 in the high 16-bit half of each lane (t = 0..3).
  * The activations are stored permuted within each run of 8 to match (below), so the
  * kernels broadcast 4 (A8) or 2 (A16) consecutive activation elements per instruction.
  *
@@ -27,10 +27,12 @@
  *   A8 : x8   [m][k]    int8, per 8-run order 0,2,4,6,1,3,5,7; x8 = rint(x * 127/amax_g)
  *        d    [m][G]    fp32 amax_g / 127 (the int8 step of the group)
  *        sum8 [m][G]    int32 sum of the group's x8 (for the zero-point term)
- *   A16: xb   [m][k]    bf16 (x rounded to nearest even), per 8-run order 0,4,1,5,2,6,3,7
- *        s32  [m][k/32] fp32 sum of each 32-run of xb (asym zero-point term; summing runs
- *                       keeps the buffer valid for any weight group size)
- * Each array starts on a 64-byte boundary. */
+ *   A16: x16  [m][k]    int16, per 8-run order 0,4,1,5,2,6,3,7; x16 = rint(x * 32767/amax_g)
+ *        d    [m][G]    fp32 amax_g / 32767
+ *        sum16 [m][G]   int32 sum of the group's x16
+ *        (a group's dot, at most 128 x 15 x 32767 < 2^26, and its zero-point term, at most
+ *        16 x 128 x 32767 < 2^26, are exact in int32)
+ * Each array starts on a 64-byte boundary. Both paths need gs >= 32 and gs | k. */
 #ifndef EPYQ_W4_LAYOUT_H
 #define EPYQ_W4_LAYOUT_H
 
@@ -83,16 +85,20 @@ typedef struct {
 } w4_a8_view;
 
 typedef struct {
-    const uint16_t *xb; /* [m][k] */
-    const float *s32;   /* [m][k/32] */
+    const int16_t *x16;   /* [m][k] */
+    const float *d;       /* [m][G] */
+    const int32_t *sum16; /* [m][G] */
 } w4_a16_view;
 
 static inline size_t w4_a8_off_d(int32_t m, int32_t k) { return w4_align64((size_t)m * (size_t)k); }
 static inline size_t w4_a8_off_sum(int32_t m, int32_t k, int32_t gs) {
     return w4_a8_off_d(m, k) + w4_align64((size_t)m * (size_t)(k / gs) * sizeof(float));
 }
-static inline size_t w4_a16_off_s32(int32_t m, int32_t k) {
-    return w4_align64((size_t)m * (size_t)k * sizeof(uint16_t));
+static inline size_t w4_a16_off_d(int32_t m, int32_t k) {
+    return w4_align64((size_t)m * (size_t)k * sizeof(int16_t));
+}
+static inline size_t w4_a16_off_sum(int32_t m, int32_t k, int32_t gs) {
+    return w4_a16_off_d(m, k) + w4_align64((size_t)m * (size_t)(k / gs) * sizeof(float));
 }
 
 static inline w4_a8_view w4_a8_of(const epyq_act *a) {
@@ -104,18 +110,9 @@ static inline w4_a8_view w4_a8_of(const epyq_act *a) {
 
 static inline w4_a16_view w4_a16_of(const epyq_act *a) {
     const uint8_t *b = (const uint8_t *)a->buf;
-    w4_a16_view v = {(const uint16_t *)b, (const float *)(b + w4_a16_off_s32(a->m, a->k))};
+    w4_a16_view v = {(const int16_t *)b, (const float *)(b + w4_a16_off_d(a->m, a->k)),
+                     (const int32_t *)(b + w4_a16_off_sum(a->m, a->k, a->gs))};
     return v;
-}
-
-/* Sum of the bf16 activations of row t over k range [i0, i0 + gs) (A16, asym term), in
- * the fixed order every kernel uses: the 32-run sums left to right. */
-static inline float w4_a16_group_sum(const w4_a16_view *v, int32_t k, int32_t t, int32_t i0,
-                                     int32_t gs) {
-    const float *s = v->s32 + (size_t)t * (size_t)(k / 32) + i0 / 32;
-    float acc = 0.0f;
-    for (int32_t r = 0; r < gs / 32; r++) acc += s[r];
-    return acc;
 }
 
 #endif

@@ -7,9 +7,9 @@
  *        saturation) and VPMADDWD by 1 to int32 replace VPDPBUSD; the integer dot is exact
  *        and the fp32 epilogue is the ref twin's, so results equal ref bit for bit.
  *        Error vs double: that of the A8 path (see avx512/w4_vnni.c).
- *   A16: codes are widened to fp32 (q - 8 is exact), activations are the bf16 values
- *        widened to fp32, products are exact and summed with FMA: differs from the ref twin
- *        only in summation order. Error vs double: that of the A16 path (avx512/w4_bf16.c).
+ *   A16: VPMADDWD (codes as int16 pairs x int16 activations, to int32) replaces VPDPWSSD;
+ *        exact, with the ref twin's epilogue, so again equal to ref bit for bit.
+ *        Error vs double: that of the A16 path (see avx512/w4_vnni.c).
  * Fewer registers (16) than AVX-512 allow fewer activation rows per weight unpack. */
 #include <immintrin.h>
 #include <string.h>
@@ -19,7 +19,7 @@
 #include "kernels-x86/w4_simd.h"
 
 #define A8_MR 4
-#define A16_MR 2
+#define A16_MR 4
 
 W4_INLINE __m256i bcast32(const void *p) {
     int32_t v;
@@ -94,62 +94,47 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
 W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                         const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
                         __m256 (*facc)[2]) {
-    const int32_t gs = w->gs, bpg = gs / W4_KBLK;
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
     const size_t rb = w4_rec_bytes(gs);
-    const __m256i m0f = _mm256_set1_epi32(15);
-    const __m256 eight = _mm256_set1_ps(8.0f);
+    const __m256i m0f = _mm256_set1_epi32(0x000f000f);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    float xf[W4_ROWS_MAX][128] __attribute__((aligned(32))); /* the group's bf16 x widened */
     W4_ROWS(MR, facc[r][0] = facc[r][1] = _mm256_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
-        const int32_t i0 = (g - g0) * gs;
-        W4_ROWS(MR, {
-            const uint16_t *xr = a->xb + (size_t)(t0 + r) * (size_t)kx + (size_t)i0;
-            for (int32_t i = 0; i < gs; i += 8) {
-                const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(xr + i)));
-                _mm256_store_ps(xf[r] + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-            }
-        });
-        __m256 acc[W4_ROWS_MAX][2][2];
-        W4_ROWS(MR, acc[r][0][0] = acc[r][0][1] = acc[r][1][0] = acc[r][1][1] = _mm256_setzero_ps(););
+        const int16_t *xg = a->x16 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
+        __m256i acc[W4_ROWS_MAX][2];
+        W4_ROWS(MR, acc[r][0] = acc[r][1] = _mm256_setzero_si256(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
             const __m256i v1 =
                 _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
             _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), _MM_HINT_T0);
-            /* Two accumulators per half (even/odd p) halve the FMA dependency chains. */
+            /* Step p: codes k0+p (low half) and k0+p+4 (high half) against x16 pair p. */
 #define A16_STEP(P)                                                                              \
     do {                                                                                         \
-        const __m256 q0 = _mm256_sub_ps(                                                         \
-            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v0, 4 * (P)), m0f)), eight);   \
-        const __m256 q1 = _mm256_sub_ps(                                                         \
-            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v1, 4 * (P)), m0f)), eight);   \
+        const __m256i c0 = _mm256_and_si256(_mm256_srli_epi32(v0, 4 * (P)), m0f);               \
+        const __m256i c1 = _mm256_and_si256(_mm256_srli_epi32(v1, 4 * (P)), m0f);               \
         W4_ROWS(MR, {                                                                            \
-            const __m256 xv = _mm256_broadcast_ss(xf[r] + b * W4_KBLK + w4_a16_pos(P));         \
-            acc[r][0][(P) & 1] = _mm256_fmadd_ps(q0, xv, acc[r][0][(P) & 1]);                    \
-            acc[r][1][(P) & 1] = _mm256_fmadd_ps(q1, xv, acc[r][1][(P) & 1]);                    \
+            const __m256i xv = bcast32(xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK + 2 * (P)); \
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(c0, xv));                  \
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(c1, xv));                  \
         });                                                                                      \
     } while (0)
             A16_STEP(0);
             A16_STEP(1);
             A16_STEP(2);
             A16_STEP(3);
-            A16_STEP(4);
-            A16_STEP(5);
-            A16_STEP(6);
-            A16_STEP(7);
 #undef A16_STEP
         }
         for (int h = 0; h < 2; h++) {
             const __m256 s = _mm256_loadu_ps((const float *)(rec + (size_t)bpg * W4_BLOCK) + 8 * h);
-            const __m256 zf = _mm256_sub_ps(_mm256_cvtepi32_ps(zeros8(zeros, g, h)), eight);
+            const __m256i z = zeros8(zeros, g, h);
             W4_ROWS(MR, {
-                __m256 dot = _mm256_add_ps(acc[r][h][0], acc[r][h][1]);
-                if (zeros)
-                    dot = _mm256_fnmadd_ps(
-                        zf, _mm256_set1_ps(w4_a16_group_sum(a, kx, t0 + r, i0, gs)), dot);
-                facc[r][h] = _mm256_fmadd_ps(s, dot, facc[r][h]);
+                const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
+                const __m256i corr = _mm256_sub_epi32(
+                    acc[r][h], _mm256_mullo_epi32(z, _mm256_set1_epi32(a->sum16[tg])));
+                const __m256 sd = _mm256_mul_ps(s, _mm256_set1_ps(a->d[tg]));
+                facc[r][h] = _mm256_fmadd_ps(sd, _mm256_cvtepi32_ps(corr), facc[r][h]);
             });
         }
     }
@@ -166,13 +151,15 @@ INST(a8, w4_a8_view, 3)
 INST(a8, w4_a8_view, 4)
 INST(a16, w4_a16_view, 1)
 INST(a16, w4_a16_view, 2)
+INST(a16, w4_a16_view, 3)
+INST(a16, w4_a16_view, 4)
 
 typedef void (*a8_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t, const w4_a8_view *,
                       int32_t, int32_t, __m256 (*)[2]);
 typedef void (*a16_fn)(const epyq_w4 *, const uint8_t *, int32_t, int32_t, const w4_a16_view *,
                        int32_t, int32_t, __m256 (*)[2]);
 static const a8_fn a8_of[A8_MR + 1] = {NULL, a8_rows_1, a8_rows_2, a8_rows_3, a8_rows_4};
-static const a16_fn a16_of[A16_MR + 1] = {NULL, a16_rows_1, a16_rows_2};
+static const a16_fn a16_of[A16_MR + 1] = {NULL, a16_rows_1, a16_rows_2, a16_rows_3, a16_rows_4};
 
 /* The tile/row-chunk loop shared by both paths. */
 #define TILE_LOOP(MRMAX, CALL)                                                                   \

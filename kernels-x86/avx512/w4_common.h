@@ -30,16 +30,6 @@ W4_INLINE __m512i w4_dpbusd_b(__m512i acc, __m512i w, const void *x4) {
 #endif
 }
 
-/* The same for VDPBF16PS with a broadcast pair of bf16 at x2. */
-W4_INLINE __m512 w4_dpbf16_b(__m512 acc, __m512i w, const void *x2) {
-#if defined(__GNUC__) && !defined(__clang__)
-    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x2));
-    return acc;
-#else
-    return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)w4_bcast32(x2));
-#endif
-}
-
 /* Rows [lo, hi) of tile `tile` (values v, lane = row - 16*tile) into yrow[row - n0]. */
 W4_INLINE void w4_store_tile(float *yrow, int32_t n0, int32_t tile, int32_t lo, int32_t hi,
                              __m512 v) {

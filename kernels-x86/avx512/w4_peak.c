@@ -1,6 +1,6 @@
 /* kernels-x86/avx512/w4_peak.c — register-only loops that measure the instruction peak the
- * int4 kernels are judged against (benchmarks/kernels): VPDPBUSD (path A8) and VDPBF16PS
- * (path A16, bf16 GEMM). 16 independent accumulators cover the latency x issue width of
+ * kernels are judged against (benchmarks/kernels): VPDPBUSD (int4 path A8), VPDPWSSD (int4
+ * path A16) and VDPBF16PS (bf16 GEMM). 16 independent accumulators cover the latency x issue width of
  * every current core (Zen 4/5: 2 per cycle, latency <= 6), so the loop runs at the issue
  * limit and touches no memory. Each returns the number of int8 / bf16 operations it
  * executed (a multiply-add counts 2), and folds the accumulators into *sink so the loop
@@ -42,6 +42,24 @@ uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
     __m512 s = _mm512_setzero_ps();
     ACC16(SUM)
     *sink = _mm512_reduce_add_ps(s);
+    return iters * 16u * 32u * 2u;
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink) {
+    const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(-2);
+#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
+#define STEP(i) acc##i = _mm512_dpwssd_epi32(acc##i, a, b);
+#define SUM(i) s = _mm512_add_epi32(s, acc##i);
+    ACC16(DECL)
+    for (uint64_t it = 0; it < iters; it++) {
+        ACC16(STEP)
+    }
+    __m512i s = _mm512_setzero_si512();
+    ACC16(SUM)
+    *sink = _mm512_reduce_add_epi32(s);
     return iters * 16u * 32u * 2u;
 #undef DECL
 #undef STEP

@@ -175,7 +175,7 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
     w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a8_rows_of, MR_MAX, a8_tiles1_of);
 }
 
-static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx2,
+static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx512vnni,
                                          epyq_act_prep_ref};
 
 void epyq_w4_gemm_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x,

@@ -22,8 +22,8 @@ void *epyq_model_alloc(size_t n, size_t size) {
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
                           epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
-    /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy. Linears
-     * outside the MoE always take bf16 activations (see epyq_model_opts.path). */
+    /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy. int4
+     * linears outside the MoE always take the A16 path (see epyq_model_opts.path). */
     memset(a, 0, sizeof *a);
     a->m = rows, a->k = k, a->gs = m->gs, a->path = EPYQ_PATH_A16, a->f32 = x;
     if (m->gs <= 0 || k % m->gs) return EPYQ_OK;

@@ -27,14 +27,16 @@
 typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
 
 typedef struct {
-    /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value) or
-     * EPYQ_PATH_A8 (int8 activations, VNNI). The tools default to A8: it is the faster path
-     * (full 35b-a3b ct, 2 threads: 5.64 vs 4.48 tokens/s decode on this project's VM) and stays
-     * inside the fixtures' conformance bounds (tests/unit/test_model_fixture.c). Every other linear (attention and DeltaNet projections, shared
-     * expert, lm_head) takes bf16 activations. Measured on the tiny-ct fixture (KL mean vs the
-     * float64 expected logits): int8 everywhere 2.0e-3 nats (twice the conformance bound),
-     * int8 in routed + shared experts 5.3e-4 (a top-1 flip at a 0.054 margin with the ref
-     * kernels), routed experts only 2.4e-4; A16 1.1e-4. */
+    /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value; int16
+     * per-group activations, VPDPWSSD) or EPYQ_PATH_A8 (int8 per-group activations, VPDPBUSD).
+     * The tools default to A8: it is the faster path (benchmarks/kernels, this project's VM,
+     * 1 thread: one MoE layer's 8 experts at M = 1 stream at 79% vs 74% of the read
+     * bandwidth, at M = 32 compute 1.6x faster) and stays inside the fixtures' conformance
+     * bounds (tests/unit/test_model_fixture.c). Every other int4 linear (attention and DeltaNet
+     * projections, shared expert) takes A16; 16-bit linears (router, lm_head) bf16. Measured on
+     * the tiny-ct fixture (KL mean vs the float64 expected logits): A16 1.1e-6 nats (max
+     * |dlogit| inside the fp32 tier); int8 in the routed experts 1.7e-4; int8 in every int4
+     * linear 2.0e-3 (twice the conformance bound, so never). */
     epyq_numpath path;
     int32_t n_threads;      /* pool size including the caller; 0 = one per allowed CPU */
     bool skip_mtp;          /* do not load mtp.* even when present */

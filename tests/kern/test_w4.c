@@ -4,17 +4,14 @@
  * What is asserted:
  *  - pack/unpack is integer-exact (codes, scales, zero points), the packed words follow the
  *    documented nibble order, and bad shapes/codes are refused with a message;
- *  - activation preparation: int8 codes within half a step, exact group sums, bf16 copies;
+ *  - activation preparation: int8 / int16 codes within half a step, exact group sums;
  *  - w4_gemm on ragged n, k = a multiple of gs (32/64/128), m in 1..64, sym and asym, both
  *    paths: outputs are NaN-poisoned first, every element is checked, columns outside the
  *    slice stay untouched;
- *      A8  : bit-identical to the ref twin (exact int8 dots, same fp32 epilogue), and
- *            |y - y_double| <= sum_i |w_i| (1/2 + 1e-4) d_g(i) + (G + 3) 2^-24 C8
- *            (the int8 rounding of x is at most half a step d_g = amax_g / 127);
- *      A16 : |y - y_ref| <= 2 (k + 4) 2^-24 C and
- *            |y - y_double| <= 2^-8 sum_i |w_i x_i| + (k + 4) 2^-24 C
- *            (bf16 rounding of x is at most 2^-8 relative; the rest is fp32 summation),
- *      with C = sum_i |s| (|q - 8| + |z - 8|) |xb_i| the magnitude the kernel sums;
+ *      both paths bit-identical to the ref twin (exact integer dots, same fp32 epilogue), and
+ *            |y - y_double| <= sum_i |w_i| (1/2 + 1e-4) d_g(i) + (G + 3) 2^-24 C
+ *      (the rounding of x is at most half a step d_g = amax_g / Q, Q = 127 for A8 and 32767
+ *      for A16; C = sum_i |w_i| Q d_g(i) bounds the fp32 epilogue's magnitude);
  *  - computing rows [0, n) as one slice or as two slices gives identical bits (what a
  *    1-thread and a 2-thread run do);
  *  - w4_expert (fused gate/up/SiLU/down with routing weight) over a whole intermediate range
@@ -193,50 +190,48 @@ END_TEST
 
 /* ---- activation preparation ------------------------------------------------------------ */
 
-/* A8: every x8 is the nearest integer to x / d (|error| <= 1/2 step plus fp32 rounding),
- * |x8| <= 127 with the group's extreme at +-127, sum8 is the exact sum; A16: each xb is
- * bf16(x) in the documented permuted order and s32 sums them per 32-run. */
+/* Both paths: every code is the nearest integer to x / d (|error| <= 1/2 step plus fp32
+ * rounding), |code| <= Q with the group's extreme at +-Q (Q = 127 for A8, 32767 for A16),
+ * read at the documented permuted position, and the group sum is exact. */
 START_TEST(test_act_prep) {
     const epyq_kern_table *kt = epyq_kern_for_isa(EPYQ_ISA_REF);
     const int32_t m = 3, k = 256, gs = 64, G = k / gs;
     rng_state = 0xabcdefu;
     float *x = act_make(m, k, 1);
     for (int32_t i = 0; i < gs; i++) x[i] = 0.0f; /* an all-zero group: d = 0, x8 = 0 */
-    epyq_act a;
-    void *buf = act_buf(kt, &a, x, m, k, gs, EPYQ_PATH_A8);
-    const w4_a8_view v = w4_a8_of(&a);
-    for (int32_t t = 0; t < m; t++)
-        for (int32_t g = 0; g < G; g++) {
-            const float d = v.d[t * G + g];
-            int32_t sum = 0, top = 0;
-            for (int32_t i = g * gs; i < (g + 1) * gs; i++) {
-                const int q = v.x8[(size_t)t * (size_t)k + (size_t)((i & ~7) + w4_a8_pos(i & 7))];
-                const float xi = x[(size_t)t * (size_t)k + (size_t)i];
-                ck_assert_int_le(abs(q), 127);
-                if (abs(q) > top) top = abs(q);
-                sum += q;
-                if (d > 0) ck_assert(fabs(xi / d - q) <= 0.5 + 1e-4);
-                else ck_assert_int_eq(q, 0);
+    for (int p = 0; p < 2; p++) {
+        const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+        const int Q = p ? 127 : 32767;
+        epyq_act a;
+        void *buf = act_buf(kt, &a, x, m, k, gs, path);
+        const w4_a8_view v8 = w4_a8_of(&a);
+        const w4_a16_view v16 = w4_a16_of(&a);
+        const float *dv = p ? v8.d : v16.d;
+        const int32_t *sums = p ? v8.sum8 : v16.sum16;
+        for (int32_t t = 0; t < m; t++)
+            for (int32_t g = 0; g < G; g++) {
+                const float d = dv[t * G + g];
+                int32_t sum = 0, top = 0;
+                for (int32_t i = g * gs; i < (g + 1) * gs; i++) {
+                    const size_t at = (size_t)t * (size_t)k + (size_t)(i & ~7);
+                    const int q = p ? v8.x8[at + (size_t)w4_a8_pos(i & 7)]
+                                    : v16.x16[at + (size_t)w4_a16_pos(i & 7)];
+                    const float xi = x[(size_t)t * (size_t)k + (size_t)i];
+                    ck_assert_int_le(abs(q), Q);
+                    if (abs(q) > top) top = abs(q);
+                    sum += q;
+                    if (d > 0) ck_assert_msg(fabs(xi / d - q) <= 0.5 + 1e-4 * Q / 127.0,
+                                             "path %d: x %.9g / d %.9g vs code %d", p, xi, d, q);
+                    else ck_assert_int_eq(q, 0);
+                }
+                ck_assert_int_eq(sum, sums[t * G + g]);
+                ck_assert_int_eq(top, d > 0 ? Q : 0);
             }
-            ck_assert_int_eq(sum, v.sum8[t * G + g]);
-            ck_assert_int_eq(top, d > 0 ? 127 : 0);
-        }
-    free(buf);
-    buf = act_buf(kt, &a, x, m, k, gs, EPYQ_PATH_A16);
-    const w4_a16_view h = w4_a16_of(&a);
-    for (int32_t t = 0; t < m; t++)
-        for (int32_t r = 0; r < k / 32; r++) {
-            float sum = 0.0f;
-            for (int32_t i = r * 32; i < (r + 1) * 32; i++) {
-                const uint16_t b = h.xb[(size_t)t * (size_t)k + (size_t)((i & ~7) + w4_a16_pos(i & 7))];
-                ck_assert_uint_eq(b, epyq_f32_to_bf16(x[(size_t)t * (size_t)k + (size_t)i]));
-                sum += epyq_bf16_to_f32(b);
-            }
-            ck_assert(sum == h.s32[t * (k / 32) + r]);
-        }
-    free(buf);
+        free(buf);
+    }
     free(x);
     ck_assert_uint_eq(epyq_act_bytes(1, 100, 32, EPYQ_PATH_A16), 0); /* k not a multiple of 32 */
+    ck_assert_uint_eq(epyq_act_bytes(1, 96, 64, EPYQ_PATH_A16), 0);  /* k not a multiple of gs */
     ck_assert_uint_eq(epyq_act_bytes(1, 96, 64, EPYQ_PATH_A8), 0);   /* k not a multiple of gs */
     ck_assert_uint_eq(epyq_act_bytes(0, 128, 128, EPYQ_PATH_A8), 0);
 }
@@ -246,7 +241,6 @@ END_TEST
 
 typedef struct {
     double max_rel[2]; /* worst |y - y_double| / sum |w x|, per path */
-    double max_twin16; /* worst |y - y_ref| / C over the SIMD A16 tables */
 } err_stats;
 static err_stats stats;
 
@@ -254,9 +248,8 @@ static err_stats stats;
 typedef struct {
     double y;     /* sum_i w_i x_i, unrounded x */
     double absw;  /* sum_i |w_i x_i| */
-    double a8_q;  /* sum_i |w_i| d_g(i) (int8 step) */
-    double c16;   /* sum_i |s| (|q-8| + |z-8|) |xb_i| */
-    double c8;    /* sum_i |w_i| 127 d_g(i) */
+    double q[2];  /* sum_i |w_i| d_g(i) with the A16 (int16) / A8 (int8) step */
+    double c[2];  /* sum_i |w_i| Q d_g(i) (Q = 32767 / 127) */
 } refval;
 
 static refval ref_elem(const mat *a, const float *xt, int32_t j) {
@@ -265,18 +258,15 @@ static refval ref_elem(const mat *a, const float *xt, int32_t j) {
     for (int32_t g = 0; g < G; g++) {
         double amax = 0;
         for (int32_t i = g * gs; i < (g + 1) * gs; i++) amax = fmax(amax, fabs(xt[i]));
-        const double d = (double)((float)amax / 127.0f);
-        const int z = a->z ? a->z[(size_t)j * (size_t)G + (size_t)g] : 8;
-        const double s = a->s[(size_t)j * (size_t)G + (size_t)g];
+        const double d[2] = {(double)((float)amax / 32767.0f), (double)((float)amax / 127.0f)};
         for (int32_t i = g * gs; i < (g + 1) * gs; i++) {
             const double w = wq(a, j, i);
-            const double xb = epyq_bf16_to_f32(epyq_f32_to_bf16(xt[i]));
             r.y += w * xt[i];
             r.absw += fabs(w * xt[i]);
-            r.a8_q += fabs(w) * d;
-            r.c8 += fabs(w) * 127.0 * d;
-            r.c16 += fabs(s) * (abs((int)a->q[(size_t)j * (size_t)k + (size_t)i] - 8) + abs(z - 8)) *
-                     fabs(xb);
+            for (int p = 0; p < 2; p++) {
+                r.q[p] += fabs(w) * d[p];
+                r.c[p] += fabs(w) * (p ? 127.0 : 32767.0) * d[p];
+            }
         }
     }
     return r;
@@ -319,26 +309,19 @@ static void check_gemm_shape(int32_t n, int32_t k, int32_t gs, int32_t m, int as
                 for (int32_t j = 0; j < n; j++) {
                     const refval *r = &rv[(size_t)t * (size_t)n + (size_t)j];
                     const double e = fabs((double)yt[j] - r->y);
-                    double bd, bref_tol;
-                    if (path == EPYQ_PATH_A8) {
-                        bd = (0.5 + 1e-4) * r->a8_q + (G + 3) * 0x1p-24 * r->c8;
-                        bref_tol = 0.0;
-                    } else {
-                        bd = 0x1p-8 * r->absw + (k + 4) * 0x1p-24 * r->c16;
-                        bref_tol = 2.0 * (k + 4) * 0x1p-24 * r->c16;
-                    }
+                    /* half a step, plus the fp32 rounding of x * (Q / amax) before the
+                     * rounding to an integer: up to ~4 Q 2^-24 steps (8e-3 at Q = 32767) */
+                    const double half = 0.5 + (p ? 1e-4 : 8e-3);
+                    const double bd = half * r->q[p] + (G + 3) * 0x1p-24 * r->c[p];
                     ck_assert_msg(isfinite(yt[j]) && e <= bd,
                                   "%s %s %s: y[%d][%d] = %.9g, double %.9g, err %.3g > bound "
                                   "%.3g (n=%d k=%d gs=%d m=%d)",
                                   kt->name, p ? "A8" : "A16", asym ? "asym" : "sym", (int)t,
                                   (int)j, yt[j], r->y, e, bd, (int)n, (int)k, (int)gs, (int)m);
-                    ck_assert_msg(fabs((double)yt[j] - rt[j]) <= bref_tol,
-                                  "%s %s: y[%d][%d] = %.9g vs ref twin %.9g (tol %.3g)",
-                                  kt->name, p ? "A8" : "A16", (int)t, (int)j, yt[j], rt[j],
-                                  bref_tol);
+                    ck_assert_msg(memcmp(&yt[j], &rt[j], sizeof(float)) == 0,
+                                  "%s %s: y[%d][%d] = %.9g vs ref twin %.9g (must be the same bits)",
+                                  kt->name, p ? "A8" : "A16", (int)t, (int)j, yt[j], rt[j]);
                     if (r->absw > 0 && e / r->absw > stats.max_rel[p]) stats.max_rel[p] = e / r->absw;
-                    if (!p && r->c16 > 0 && fabs((double)yt[j] - rt[j]) / r->c16 > stats.max_twin16)
-                        stats.max_twin16 = fabs((double)yt[j] - rt[j]) / r->c16;
                 }
             }
             /* A slice in the middle writes only its own columns. */
@@ -391,9 +374,8 @@ START_TEST(test_gemm_shapes) {
             const int32_t *s = f ? fast[si] : full[si];
             check_gemm_shape(s[0], s[1], s[2], s[3], asym);
         }
-    printf("test_w4: worst |y - y_double| / sum|w x|: A16 %.3g, A8 %.3g; A16 SIMD vs twin "
-           "|y - y_ref| / C: %.3g\n",
-           stats.max_rel[0], stats.max_rel[1], stats.max_twin16);
+    printf("test_w4: worst |y - y_double| / sum|w x|: A16 %.3g, A8 %.3g\n", stats.max_rel[0],
+           stats.max_rel[1]);
 }
 END_TEST
 
@@ -401,11 +383,9 @@ END_TEST
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
-/* y_ref[t][o] = rw[t] sum_{i in [i0, i1)} down[o][i] silu(gate_i . x_t) (up_i . x_t), and
- * the magnitude sum_i |down[o][i] h_i| the error is measured against. */
+/* y_ref[t][o] = rw[t] sum_{i in [i0, i1)} down[o][i] silu(gate_i . x_t) (up_i . x_t). */
 static void expert_double(const mat *gate, const mat *up, const mat *down, int32_t i0,
-                          int32_t i1, const float *x, int32_t m, const float *rw, double *y,
-                          double *mag) {
+                          int32_t i1, const float *x, int32_t m, const float *rw, double *y) {
     const int32_t k = gate->c.k, nd = down->c.n;
     double *h = malloc((size_t)(i1 - i0) * sizeof(double));
     ck_assert_ptr_nonnull(h);
@@ -420,13 +400,9 @@ static void expert_double(const mat *gate, const mat *up, const mat *down, int32
             h[i - i0] = silu_d(g) * u;
         }
         for (int32_t o = 0; o < nd; o++) {
-            double acc = 0, am = 0;
-            for (int32_t i = i0; i < i1; i++) {
-                acc += wq(down, o, i) * h[i - i0];
-                am += fabs(wq(down, o, i) * h[i - i0]);
-            }
+            double acc = 0;
+            for (int32_t i = i0; i < i1; i++) acc += wq(down, o, i) * h[i - i0];
             y[(size_t)t * (size_t)nd + (size_t)o] = rw[t] * acc;
-            mag[(size_t)t * (size_t)nd + (size_t)o] = fabs(rw[t]) * am;
         }
     }
     free(h);
@@ -445,13 +421,12 @@ static void check_expert(int32_t hidden, int32_t inter, int32_t gs, int32_t m, i
     const int32_t ldy = hidden + 3, half = (inter / gs / 2) * gs;
     const int32_t slices[3][2] = {{0, inter}, {0, half}, {half, inter}};
     double *yd = malloc((size_t)m * (size_t)hidden * sizeof(double));
-    double *mag = malloc((size_t)m * (size_t)hidden * sizeof(double));
     void *scratch = aligned_alloc(64, w4_align64(ref->w4_expert_scratch_bytes(m, inter, hidden)));
-    ck_assert(yd && mag && scratch);
+    ck_assert(yd && scratch);
     for (int sl = 0; sl < 3; sl++) {
         const int32_t i0 = slices[sl][0], i1 = slices[sl][1];
         if (i1 <= i0) continue;
-        expert_double(&gate, &up, &down, i0, i1, x, m, rw, yd, mag);
+        expert_double(&gate, &up, &down, i0, i1, x, m, rw, yd);
         for (int p = 0; p < 2; p++) {
             const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
             epyq_act xr;
@@ -475,26 +450,20 @@ static void check_expert(int32_t hidden, int32_t inter, int32_t gs, int32_t m, i
                         }
                         const float vr = yref[(size_t)t * (size_t)ldy + (size_t)o];
                         const double d = yd[(size_t)t * (size_t)hidden + (size_t)o];
-                        const double mg = mag[(size_t)t * (size_t)hidden + (size_t)o];
                         ck_assert_msg(isfinite(v), "%s expert: y[%d][%d] not written", kt->name,
                                       (int)t, (int)o);
-                        /* A8: same bits as the twin. A16: fp32 order only, on top of the
-                         * bf16 rounding of x and h (<= 2^-8 relative each) the twin shares. */
-                        if (path == EPYQ_PATH_A8)
-                            ck_assert_msg(memcmp(&v, &vr, 4) == 0, "%s A8 expert [%d][%d]: %.9g vs %.9g",
-                                          kt->name, (int)t, (int)o, v, vr);
-                        else
-                            ck_assert_msg(fabs(v - vr) <= 1e-4 * mg, "%s A16 expert [%d][%d]: %.9g vs %.9g",
-                                          kt->name, (int)t, (int)o, v, vr);
+                        /* Both paths: the same bits as the twin. */
+                        ck_assert_msg(memcmp(&v, &vr, 4) == 0, "%s %s expert [%d][%d]: %.9g vs %.9g",
+                                      kt->name, p ? "A8" : "A16", (int)t, (int)o, v, vr);
                         num += (v - d) * (v - d);
                         den += d * d;
                     }
                 /* Norm-wise error of the whole output against double. Two roundings
-                 * (x, then h) of at most 2^-8 relative (A16) or half an int8 step (A8; for
-                 * this uniform data amax/254 = sqrt(3)/254 rms) each: the bounds are twice
-                 * that per-term worst case. A wrong slice, group or weight gives O(1). */
+                 * (x, then h) of at most half a step each (for this uniform data
+                 * amax/2Q = sqrt(3)/2Q rms, Q = 127 for A8, 32767 for A16): the bounds are
+                 * twice that per-term worst case. A wrong slice, group or weight gives O(1). */
                 const double rel = sqrt(num / den);
-                ck_assert_msg(rel <= (p ? 2.0 * 2.0 * 1.7320508 / 254.0 : 2.0 * 2.0 * 0x1p-8), "%s %s expert [%d,%d): rel err %.3g",
+                ck_assert_msg(rel <= 2.0 * 2.0 * 1.7320508 / (p ? 254.0 : 65534.0), "%s %s expert [%d,%d): rel err %.3g",
                               kt->name, p ? "A8" : "A16", (int)i0, (int)i1, rel);
                 if (isa == EPYQ_ISA_REF)
                     printf("test_w4: expert %s %s m=%d [%d,%d): rel l2 err %.3g\n",
@@ -508,7 +477,6 @@ static void check_expert(int32_t hidden, int32_t inter, int32_t gs, int32_t m, i
     }
     free(scratch);
     free(yd);
-    free(mag);
     free(rw);
     free(x);
     mat_free(&gate);

@@ -1,0 +1,159 @@
+/* kernels-x86/avx512/w4_i16.c — int4 x int16 (path A16) with VPDPWSSD (AVX-512 VNNI).
+ *
+ *   y[j] = sum_g fma(s[j][g] * d[g], (float)(sum_i q[j][i] x16[i] - z[j][g] sum16[g]), .)
+ * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): (v >> 4t) & 0x000f000f puts
+ * the codes of k0+t and k0+t+4 in the two 16-bit halves of each row's lane (t = 0..3), and
+ * four VPDPWSSD against broadcast int16 pairs accumulate them in int32. No shuffles: the
+ * unpack is a shift and a mask per VPDPWSSD. The integer dot is exact and the epilogue
+ * matches the ref twin's operation for operation, so results are bit-identical to
+ * ref/w4_ref.c (and to every other table's A16 core). The unpacked block is reused for up
+ * to MR_MAX activation rows; one row walks 4 tiles at once (w4_tiles1_fn).
+ * Error against the double-precision product (tests/kern/test_w4.c, measured): the int16
+ * rounding of x, at most half a step (amax_g / 65534) per element, so every element stays
+ * inside sum_i |w_i| d_g(i) / 2 (+ fp32 slack) — about 2^-16 of the group's largest
+ * activation, where bf16 rounding would cost 2^-9 of each activation. */
+#include "kernels-x86/avx512/w4_common.h"
+#include "kernels-x86/w4_impl.h"
+
+#define MR_MAX 8 /* 2 x 8 accumulators + 8 results + the unpacked block fill the registers */
+
+/* acc + VPDPWSSD(w, the int16 pair at x2 broadcast); see w4_dpbusd_b for the asm form. */
+W4_INLINE __m512i w4_dpwssd_b(__m512i acc, __m512i w, const void *x2) {
+#if defined(__GNUC__) && !defined(__clang__)
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)x2));
+    return acc;
+#else
+    return _mm512_dpwssd_epi32(acc, w, w4_bcast32(x2));
+#endif
+}
+
+/* The group epilogue shared by the row and the tile walk: f += (s * d) * (dot - z * sum16). */
+W4_INLINE __m512 i16_epilogue(__m512 f, const uint8_t *rec, int32_t bpg, const uint8_t *zeros,
+                              int32_t g, __m512i dot, float d, int32_t sum16) {
+    const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
+    const __m512i zsum =
+        zeros ? _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                       (const __m128i *)(zeros + (size_t)g * W4_TILE))),
+                                   _mm512_set1_epi32(sum16))
+              : _mm512_set1_epi32(8 * sum16);
+    const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(d));
+    return _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, zsum)), f);
+}
+
+/* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
+W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
+                        const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
+                        __m512 *facc) {
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
+    const size_t rb = w4_rec_bytes(gs);
+    const __m512i mask = _mm512_set1_epi32(0x000f000f);
+    const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
+    __m512 f[W4_ROWS_MAX];
+    W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec = tile + (size_t)g * rb;
+        const int16_t *xg = a->x16 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
+        __m512i acc[W4_ROWS_MAX][2];
+        W4_ROWS(MR, acc[r][0] = acc[r][1] = _mm512_setzero_si512(););
+        for (int32_t b = 0; b < bpg; b++) {
+            const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), _MM_HINT_T0);
+            const __m512i c0 = _mm512_and_si512(v, mask);
+            const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(v, 4), mask);
+            const __m512i c2 = _mm512_and_si512(_mm512_srli_epi32(v, 8), mask);
+            const __m512i c3 = _mm512_and_si512(_mm512_srli_epi32(v, 12), mask);
+            W4_ROWS(MR, {
+                const int16_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
+                acc[r][0] = w4_dpwssd_b(acc[r][0], c0, xr);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], c1, xr + 2);
+                acc[r][0] = w4_dpwssd_b(acc[r][0], c2, xr + 4);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], c3, xr + 6);
+            });
+        }
+        W4_ROWS(MR, {
+            const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
+            f[r] = i16_epilogue(f[r], rec, bpg, zeros, g, _mm512_add_epi32(acc[r][0], acc[r][1]),
+                                a->d[tg], a->sum16[tg]);
+        });
+    }
+    W4_ROWS(MR, facc[r] = f[r];);
+}
+
+/* One activation row against NT consecutive tiles (see w4_tiles1_fn). */
+W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,
+                          const w4_a16_view *a, int32_t kx, size_t pf, const int NT,
+                          __m512 *facc) {
+    (void)kx; /* one row: the activation row stride is never needed */
+    const int32_t gs = w->gs, bpg = gs / W4_KBLK;
+    const size_t rb = w4_rec_bytes(gs), tb = w4_tile_bytes(w->k, gs, w->asym);
+    const __m512i mask = _mm512_set1_epi32(0x000f000f);
+    __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
+    W4_ROWS(NT, f[r] = _mm512_setzero_ps(););
+    for (int32_t g = g0; g < g1; g++) {
+        const uint8_t *rec0 = tile0 + (size_t)g * rb;
+        const int16_t *xg = a->x16 + (size_t)(g - g0) * (size_t)gs;
+        __m512i acc[W4_ROWS_MAX][2];
+        W4_ROWS(NT, acc[r][0] = acc[r][1] = _mm512_setzero_si512(););
+        for (int32_t b = 0; b < bpg; b++) {
+            const int16_t *xr = xg + (size_t)b * W4_KBLK;
+            W4_ROWS(NT, {
+                const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
+                const __m512i v = _mm512_loadu_si512(p);
+                _mm_prefetch((const char *)(p + pf), _MM_HINT_T0);
+                acc[r][0] = w4_dpwssd_b(acc[r][0], _mm512_and_si512(v, mask), xr);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi32(v, 4), mask),
+                                        xr + 2);
+                acc[r][0] = w4_dpwssd_b(acc[r][0], _mm512_and_si512(_mm512_srli_epi32(v, 8), mask),
+                                        xr + 4);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi32(v, 12), mask),
+                                        xr + 6);
+            });
+        }
+        const size_t tg = (size_t)(g - g0);
+        W4_ROWS(NT, {
+            const uint8_t *tile = tile0 + (size_t)r * tb;
+            f[r] = i16_epilogue(f[r], tile + (size_t)g * rb, bpg,
+                                w->asym ? w4_tile_zeros(w, tile) : NULL, g,
+                                _mm512_add_epi32(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
+        });
+    }
+    W4_ROWS(NT, facc[r] = f[r];);
+}
+
+#define A16_INST(MR)                                                                             \
+    static void a16_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,    \
+                              const void *a, int32_t kx, int32_t t0, __m512 *facc) {            \
+        a16_rows(w, tile, g0, g1, (const w4_a16_view *)a, kx, t0, MR, facc);                     \
+    }
+A16_INST(1)
+A16_INST(2)
+A16_INST(3)
+A16_INST(4)
+A16_INST(5)
+A16_INST(6)
+A16_INST(7)
+A16_INST(8)
+
+static const w4_rows_fn a16_rows_of[MR_MAX + 1] = {NULL,       a16_rows_1, a16_rows_2,
+                                                  a16_rows_3, a16_rows_4, a16_rows_5,
+                                                  a16_rows_6, a16_rows_7, a16_rows_8};
+
+#define A16_T1(NT)                                                                               \
+    static void a16_tiles1_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1, \
+                                const void *a, int32_t kx, size_t pf, __m512 *facc) {           \
+        a16_tiles1(w, tile0, g0, g1, (const w4_a16_view *)a, kx, pf, NT, facc);                  \
+    }
+A16_T1(1)
+A16_T1(2)
+A16_T1(3)
+A16_T1(4)
+
+static const w4_tiles1_fn a16_tiles1_of[W4_MULTI_NT + 1] = {NULL, a16_tiles1_1, a16_tiles1_2,
+                                                            a16_tiles1_3, a16_tiles1_4};
+
+void epyq_w4_core_a16_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
+                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
+                                 const float *rw) {
+    const w4_a16_view a = w4_a16_of(x);
+    w4_tiles_run(w, n0, n1, g0, g1, x, y, ldy, rw, &a, a16_rows_of, MR_MAX, a16_tiles1_of);
+}
