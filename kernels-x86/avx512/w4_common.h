@@ -30,6 +30,22 @@ W4_INLINE __m512i w4_dpbusd_b(__m512i acc, __m512i w, const void *x4) {
 #endif
 }
 
+/* The group epilogue of both integer paths, operation for operation the ref twin's:
+ * f + (s * d) * (float)(dot - z * sumq), with s the 16 scales after the group's bpg code
+ * blocks in rec, z the tile's zero points of group g (8 when zeros is NULL), d and sumq the
+ * activation row's step and code sum for the group. */
+W4_INLINE __m512 w4_int_epilogue(__m512 f, const uint8_t *rec, int32_t bpg, const uint8_t *zeros,
+                                 int32_t g, __m512i dot, float d, int32_t sumq) {
+    const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
+    const __m512i zsum =
+        zeros ? _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                                       (const __m128i *)(zeros + (size_t)g * W4_TILE))),
+                                   _mm512_set1_epi32(sumq))
+              : _mm512_set1_epi32(8 * sumq);
+    const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(d));
+    return _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, zsum)), f);
+}
+
 /* Rows [lo, hi) of tile `tile` (values v, lane = row - 16*tile) into yrow[row - n0]. */
 W4_INLINE void w4_store_tile(float *yrow, int32_t n0, int32_t tile, int32_t lo, int32_t hi,
                              __m512 v) {

@@ -27,19 +27,6 @@ W4_INLINE __m512i w4_dpwssd_b(__m512i acc, __m512i w, const void *x2) {
 #endif
 }
 
-/* The group epilogue shared by the row and the tile walk: f += (s * d) * (dot - z * sum16). */
-W4_INLINE __m512 i16_epilogue(__m512 f, const uint8_t *rec, int32_t bpg, const uint8_t *zeros,
-                              int32_t g, __m512i dot, float d, int32_t sum16) {
-    const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
-    const __m512i zsum =
-        zeros ? _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                       (const __m128i *)(zeros + (size_t)g * W4_TILE))),
-                                   _mm512_set1_epi32(sum16))
-              : _mm512_set1_epi32(8 * sum16);
-    const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(d));
-    return _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, zsum)), f);
-}
-
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                         const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
@@ -72,7 +59,7 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
         }
         W4_ROWS(MR, {
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-            f[r] = i16_epilogue(f[r], rec, bpg, zeros, g, _mm512_add_epi32(acc[r][0], acc[r][1]),
+            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, _mm512_add_epi32(acc[r][0], acc[r][1]),
                                 a->d[tg], a->sum16[tg]);
         });
     }
@@ -112,7 +99,7 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
         const size_t tg = (size_t)(g - g0);
         W4_ROWS(NT, {
             const uint8_t *tile = tile0 + (size_t)r * tb;
-            f[r] = i16_epilogue(f[r], tile + (size_t)g * rb, bpg,
+            f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
                                 w->asym ? w4_tile_zeros(w, tile) : NULL, g,
                                 _mm512_add_epi32(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
         });

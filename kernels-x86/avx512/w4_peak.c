@@ -11,22 +11,34 @@
 /* 16 accumulators as separate variables (an array would be kept in memory at -O2). */
 #define ACC16(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
 
+/* An integer VNNI peak loop: 16 chains of STEP_I (defined by the caller); ops_per is the
+ * int operations one instruction performs (a multiply-add counts 2). */
+#define INT_PEAK(ops_per)                                                              \
+    do {                                                                                         \
+        ACC16(DECL_I)                                                                            \
+        for (uint64_t it = 0; it < iters; it++) {                                                \
+            ACC16(STEP_I)                                                                        \
+        }                                                                                        \
+        __m512i s = _mm512_setzero_si512();                                                      \
+        ACC16(SUM_I)                                                                             \
+        *sink = _mm512_reduce_add_epi32(s);                                                      \
+        return iters * 16u * (ops_per);                                                          \
+    } while (0)
+#define DECL_I(i) __m512i acc##i = _mm512_set1_epi32(i);
+#define SUM_I(i) s = _mm512_add_epi32(s, acc##i);
+
 uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink) {
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
-#define STEP(i) acc##i = _mm512_dpbusd_epi32(acc##i, a, b);
-#define SUM(i) s = _mm512_add_epi32(s, acc##i);
-    ACC16(DECL)
-    for (uint64_t it = 0; it < iters; it++) {
-        ACC16(STEP)
-    }
-    __m512i s = _mm512_setzero_si512();
-    ACC16(SUM)
-    *sink = _mm512_reduce_add_epi32(s);
-    return iters * 16u * 64u * 2u;
-#undef DECL
-#undef STEP
-#undef SUM
+#define STEP_I(i) acc##i = _mm512_dpbusd_epi32(acc##i, a, b);
+    INT_PEAK(64u * 2u);
+#undef STEP_I
+}
+
+uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink) {
+    const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(-2);
+#define STEP_I(i) acc##i = _mm512_dpwssd_epi32(acc##i, a, b);
+    INT_PEAK(32u * 2u);
+#undef STEP_I
 }
 
 uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
@@ -42,24 +54,6 @@ uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
     __m512 s = _mm512_setzero_ps();
     ACC16(SUM)
     *sink = _mm512_reduce_add_ps(s);
-    return iters * 16u * 32u * 2u;
-#undef DECL
-#undef STEP
-#undef SUM
-}
-
-uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink) {
-    const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(-2);
-#define DECL(i) __m512i acc##i = _mm512_set1_epi32(i);
-#define STEP(i) acc##i = _mm512_dpwssd_epi32(acc##i, a, b);
-#define SUM(i) s = _mm512_add_epi32(s, acc##i);
-    ACC16(DECL)
-    for (uint64_t it = 0; it < iters; it++) {
-        ACC16(STEP)
-    }
-    __m512i s = _mm512_setzero_si512();
-    ACC16(SUM)
-    *sink = _mm512_reduce_add_epi32(s);
     return iters * 16u * 32u * 2u;
 #undef DECL
 #undef STEP

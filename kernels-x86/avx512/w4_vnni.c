@@ -62,20 +62,11 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                 });
             }
         }
-        const __m512 s = _mm512_loadu_ps(rec + (size_t)bpg * W4_BLOCK);
-        const __m512i z = zeros ? _mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                      (const __m128i *)(zeros + (size_t)g * W4_TILE)))
-                                : _mm512_setzero_si512();
         W4_ROWS(MR, {
             __m512i dot = na == 1 ? acc[r][0] : _mm512_add_epi32(acc[r][0], acc[r][1]);
             if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-            /* Symmetric: z = 8 for every row, a scalar product instead of VPMULLD. */
-            const __m512i zsum = zeros ? _mm512_mullo_epi32(z, _mm512_set1_epi32(a->sum8[tg]))
-                                       : _mm512_set1_epi32(8 * a->sum8[tg]);
-            const __m512i corr = _mm512_sub_epi32(dot, zsum);
-            const __m512 sd = _mm512_mul_ps(s, _mm512_set1_ps(a->d[tg]));
-            f[r] = _mm512_fmadd_ps(sd, _mm512_cvtepi32_ps(corr), f[r]);
+            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, dot, a->d[tg], a->sum8[tg]);
         });
     }
     W4_ROWS(MR, facc[r] = f[r];);
@@ -110,19 +101,11 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
             });
         }
         const size_t tg = (size_t)(g - g0);
-        const __m512 sd0 = _mm512_set1_ps(a->d[tg]);
         W4_ROWS(NT, {
             const uint8_t *tile = tile0 + (size_t)r * tb;
-            const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-            const __m512 s = _mm512_loadu_ps(tile + (size_t)g * rb + (size_t)bpg * W4_BLOCK);
-            const __m512i dot = _mm512_add_epi32(acc[r][0], acc[r][1]);
-            const __m512i zsum =
-                zeros ? _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                                               (const __m128i *)(zeros + (size_t)g * W4_TILE))),
-                                           _mm512_set1_epi32(a->sum8[tg]))
-                      : _mm512_set1_epi32(8 * a->sum8[tg]);
-            const __m512i corr = _mm512_sub_epi32(dot, zsum);
-            f[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, sd0), _mm512_cvtepi32_ps(corr), f[r]);
+            f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
+                                   w->asym ? w4_tile_zeros(w, tile) : NULL, g,
+                                   _mm512_add_epi32(acc[r][0], acc[r][1]), a->d[tg], a->sum8[tg]);
         });
     }
     W4_ROWS(NT, facc[r] = f[r];);
