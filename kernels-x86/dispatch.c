@@ -60,6 +60,7 @@ static const epyq_kern_table own_avx2 = {
 
 /* AVX-512 F/BW/VL/DQ: Intel Skylake-SP/X (2017-). No AMD part stops here. */
 static const epyq_kern_table own_avx512 = {
+    .act_prep = epyq_act_prep_avx512,
     .bf16_gemm = epyq_bf16_gemm_avx512,
     .bf16_gemm_f32 = epyq_bf16_gemm_f32_avx512,
     .attn_bf16 = epyq_attn_bf16_avx512,

@@ -39,8 +39,9 @@ size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k);
                               int32_t i0, int32_t i1, const epyq_act *x, const float *rw,       \
                               float *y, int32_t ldy, void *scratch)
 
-/* ref: plain C (kernels-x86/ref/w4_ref.c); its act_prep is the only one (the preparation is
- * O(m k), a rounding rule that must be identical everywhere, and cheap next to the weights). */
+/* ref: plain C (kernels-x86/ref/w4_ref.c) and the activation preparation (w4_act.c): one
+ * rounding rule that every table must follow to the bit (the SIMD preparation repeats its
+ * operations exactly). */
 void epyq_act_prep_ref(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
                        epyq_numpath path, void *buf);
 void epyq_w4_core_a8_ref(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
@@ -56,6 +57,10 @@ void epyq_w4_core_a8_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
 void epyq_w4_core_a16_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
                            const epyq_act *x, float *y, int32_t ldy, const float *rw);
 EPYQ_DECLARE_W4(avx2);
+
+/* avx512: the activation preparation (kernels-x86/avx512/act_avx512.c), same bytes as ref. */
+void epyq_act_prep_avx512(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
+                          epyq_numpath path, void *buf);
 
 /* avx512_vnni: VPDPBUSD for A8 (kernels-x86/avx512/w4_vnni.c) and VPDPWSSD for A16
  * (kernels-x86/avx512/w4_i16.c); the avx512_bf16 level has no int4 kernels of its own. */

@@ -159,7 +159,7 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
 }
 
 static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx512vnni,
-                                         epyq_act_prep_ref};
+                                         epyq_act_prep_avx512};
 
 void epyq_w4_gemm_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x,
                              float *y, int32_t ldy) {

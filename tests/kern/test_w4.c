@@ -237,6 +237,40 @@ START_TEST(test_act_prep) {
 }
 END_TEST
 
+/* Every table's act_prep writes the ref preparation's bytes (codes, steps, sums), for both
+ * paths, every group size, with outliers and an all-zero group. */
+START_TEST(test_act_prep_tables) {
+    const epyq_kern_table *ref = epyq_kern_for_isa(EPYQ_ISA_REF);
+    const int32_t m = 5, k = 384;
+    rng_state = 0x5eed1234u;
+    float *x = act_make(m, k, 1);
+    for (int32_t i = 64; i < 96; i++) x[k + i] = 0.0f; /* row 1: a zero group at gs 32 */
+    for (int32_t gs = 32; gs <= 128; gs *= 2)
+        for (int p = 0; p < 2; p++) {
+            const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+            const size_t code_bytes = (size_t)m * (size_t)k * (p ? 1u : 2u);
+            const size_t meta = (size_t)m * (size_t)(k / gs) * 4u;
+            const size_t off_d = p ? w4_a8_off_d(m, k) : w4_a16_off_d(m, k);
+            const size_t off_s = p ? w4_a8_off_sum(m, k, gs) : w4_a16_off_sum(m, k, gs);
+            epyq_act ar;
+            uint8_t *br = act_buf(ref, &ar, x, m, k, gs, path);
+            for (int isa = 1; isa < EPYQ_ISA_COUNT; isa++) {
+                const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+                if (!kt) continue;
+                epyq_act a;
+                uint8_t *b = act_buf(kt, &a, x, m, k, gs, path);
+                ck_assert_msg(memcmp(b, br, code_bytes) == 0 && memcmp(b + off_d, br + off_d, meta) == 0 &&
+                                  memcmp(b + off_s, br + off_s, meta) == 0,
+                              "%s act_prep %s gs %d differs from ref", kt->name, p ? "A8" : "A16", (int)gs);
+                ck_assert(a.m == m && a.k == k && a.gs == gs && a.path == path && a.f32 == x);
+                free(b);
+            }
+            free(br);
+        }
+    free(x);
+}
+END_TEST
+
 /* ---- GEMM ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -558,6 +592,7 @@ static Suite *w4_suite(void) {
     tcase_add_test(tc, test_pack_pinned_words);
     tcase_add_test(tc, test_pack_refuses);
     tcase_add_test(tc, test_act_prep);
+    tcase_add_test(tc, test_act_prep_tables);
     tcase_add_test(tc, test_gemm_shapes);
     tcase_add_test(tc, test_expert);
     tcase_add_test(tc, test_rows_independent);
