@@ -15,8 +15,9 @@
  *
  * Columns: median time per item and its min-max over --reps passes (default 5), GB/s of
  * weight bytes streamed (packed int4 incl. scales, or bf16), that as % of the read bandwidth
- * measured at the start of the same run with the same thread count (kernels-x86/membw.h),
- * GOPS (2 m n k per item) and % of the register-only instruction peak (VPDPBUSD for A8,
+ * (median over passes of each pass's GB/s over a read probe run by the same threads right
+ * after it, with the table's stream_read over a --ws-mib buffer; the membw figure of the
+ * header, measured once at the start, is for reference), GOPS (2 m n k per item) and % of the register-only instruction peak (VPDPBUSD for A8,
  * VPDPWSSD for A16, VDPBF16PS for bf16) times the thread count. --json prints one object per row. */
 #include <math.h>
 #include <pthread.h>
@@ -145,6 +146,7 @@ typedef struct row {
     item_fn fn;
     spin_barrier bar;
     double times[MAX_REPS]; /* seconds per pass over all items */
+    double ptimes[MAX_REPS]; /* seconds of the read probe right after each pass */
     /* kernel-specific state */
     epyq_w4 *w4;            /* [n_copies] int4 matrices (gemm) or [n_copies][3] (experts) */
     const uint16_t *bf16;   /* [n_copies][n][k] */
@@ -169,11 +171,20 @@ static void pin(int cpu) {
     pthread_setaffinity_np(pthread_self(), sizeof s, &s);
 }
 
+/* The read probe every pass is paired with: this buffer, read by the same pinned threads
+ * with the table's stream_read, right after the pass. The machine is shared and its
+ * bandwidth drifts by tens of percent within a minute, so a figure measured once at the
+ * start is not what a pass saw; each pass's %read uses its own neighbour. */
+static const float *probe_buf;
+static size_t probe_floats;
+static double probe_sink;
+
 static void *worker(void *p) {
     worker_arg *a = p;
     row *r = a->r;
     int sense = 0;
     pin(a->cpu);
+    const size_t per = probe_floats / (size_t)r->threads / 16 * 16;
     for (int rep = -1; rep < r->reps; rep++) { /* rep -1: untimed warm-up */
         barrier_wait(&r->bar, &sense);
         const double t0 = epyq_now();
@@ -181,7 +192,14 @@ static void *worker(void *p) {
             r->fn(r, a->tid, it);
             barrier_wait(&r->bar, &sense);
         }
-        if (a->tid == 0 && rep >= 0) r->times[rep] = epyq_now() - t0;
+        const double t1 = epyq_now();
+        const double sink = r->kt->stream_read(probe_buf + (size_t)a->tid * per, per);
+        barrier_wait(&r->bar, &sense);
+        if (a->tid == 0 && rep >= 0) {
+            r->times[rep] = t1 - t0;
+            r->ptimes[rep] = epyq_now() - t1;
+            probe_sink += sink;
+        }
     }
     return NULL;
 }
@@ -309,14 +327,22 @@ static int cmp_d(const void *a, const void *b) {
 static void report(const opts *o, const limits *lim, const row *r, const char *kernel,
                    const char *shape, const char *path, double bytes_per_item,
                    double ops_per_item, enum peak_kind pk) {
-    double t[MAX_REPS];
+    double t[MAX_REPS], ratio[MAX_REPS], probe[MAX_REPS];
     memcpy(t, r->times, (size_t)r->reps * sizeof(double));
     qsort(t, (size_t)r->reps, sizeof(double), cmp_d);
     const double per = 1.0 / r->n_items;
     const double med = t[r->reps / 2] * per, tmin = t[0] * per, tmax = t[r->reps - 1] * per;
     const double gbps = bytes_per_item / med / 1e9;
-    const double rd = lim->read_gbps[r->threads];
-    const double pct_bw = rd > 0 ? 100.0 * gbps / rd : NAN;
+    /* %read: median over passes of (this pass's GB/s) / (its probe's GB/s) */
+    const size_t probe_bytes = probe_floats / (size_t)r->threads / 16 * 16 * (size_t)r->threads * sizeof(float);
+    for (int i = 0; i < r->reps; i++) {
+        probe[i] = (double)probe_bytes / r->ptimes[i] / 1e9;
+        ratio[i] = bytes_per_item * r->n_items / r->times[i] / 1e9 / probe[i];
+    }
+    qsort(ratio, (size_t)r->reps, sizeof(double), cmp_d);
+    qsort(probe, (size_t)r->reps, sizeof(double), cmp_d);
+    const double rd = probe[r->reps / 2];
+    const double pct_bw = 100.0 * ratio[r->reps / 2];
     const double gops = ops_per_item / med / 1e9;
     const double peak = lim->peak[pk] * r->threads / 1e9;
     const double pct_peak = peak > 0 ? 100.0 * gops / peak : NAN;
@@ -536,6 +562,15 @@ int main(int argc, char **argv) {
             if (CPU_ISSET(c, &cs)) cpu_list[n_cpus++] = c;
     limits lim;
     measure_limits(&o, kt, &lim);
+    /* the per-pass probe: as large as a row's working set, far beyond the last-level cache */
+    probe_floats = o.ws_bytes / sizeof(float);
+    float *pb = aligned_alloc(64, probe_floats * sizeof(float));
+    if (!pb) {
+        fprintf(stderr, "benchmarks/kernels: cannot allocate the %zu MiB read probe\n", o.ws_bytes >> 20);
+        return 1;
+    }
+    for (size_t i = 0; i < probe_floats; i++) pb[i] = 1.0f;
+    probe_buf = pb;
     if (want(&o, "w4_expert", "expert")) bench_experts(&o, &lim, kt, 0);
     if (want(&o, "w4_moe8", "experts")) bench_experts(&o, &lim, kt, 1);
     if (want(&o, "w4_gemm", "in_proj_qkv"))
@@ -546,5 +581,6 @@ int main(int argc, char **argv) {
         bench_gemm_bf16(&o, &lim, kt, "in_proj_qkv 8192x2048", 8192, 2048);
     if (want(&o, "bf16_gemm", "lm_head"))
         bench_gemm_bf16(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048);
-    return 0;
+    free(pb);
+    return probe_sink < 0; /* the probe's sums are positive; this keeps them alive */
 }

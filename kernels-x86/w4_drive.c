@@ -13,10 +13,10 @@
 
 /* Intermediate rows computed per gate/up round: large enough to amortise a core call,
  * small enough that gate/up results stay in L1 (2 x m x ch floats). With few tokens the
- * round is the core's whole stream, so it gets more rows: a one-row core walks 4 tiles
- * (64 rows) at once and prefetches only inside its call (w4_tiles1_fn), and 64-row
+ * round is the core's whole stream, so it gets more rows: a one-row core walks 8 tiles
+ * (128 rows) at once and prefetches only inside its call (w4_tiles1_fn), and 64-row
  * rounds left the gate/up streams without any software prefetch. */
-static int32_t round_rows(int32_t m) { return m <= 4 ? 256 : 64; }
+static int32_t round_rows(int32_t m) { return m <= 4 ? 512 : 64; }
 
 static epyq_w4_core_fn core_for(const epyq_w4_cores *c, epyq_numpath path) {
     return path == EPYQ_PATH_A8 ? c->a8 : c->a16;

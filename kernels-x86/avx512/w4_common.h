@@ -76,10 +76,10 @@ typedef void (*w4_rows_fn)(const epyq_w4 *w, const uint8_t *tile, int32_t g0, in
  * 0 on the last batch of a range, whose successor the caller will not read (at k = 512 a
  * fixed 4 KiB distance lands in the neighbouring stream and helps little; measured on this
  * VM, 1 thread: 4 tiles with this prefetch stream at 82-96% of the read probe, with a fixed
- * 4 KiB distance 72-88%, one tile at a time 67-74%). */
+ * 4 KiB distance 72-88%, one tile at a time 67-74%; 8 tiles add another 5-8%). */
 typedef void (*w4_tiles1_fn)(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,
                              const void *view, int32_t kx, size_t pf, __m512 *facc);
-#define W4_MULTI_NT 4
+#define W4_MULTI_NT 8
 
 /* The tile loop every AVX-512 core shares: rows split into equal chunks of at most mr_max
  * (17 rows = 9 + 8, not 16 + 1, so every chunk reuses each unpack), routing weight applied,

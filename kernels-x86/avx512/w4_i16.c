@@ -7,7 +7,7 @@
  * unpack is a shift and a mask per VPDPWSSD. The integer dot is exact and the epilogue
  * matches the ref twin's operation for operation, so results are bit-identical to
  * ref/w4_ref.c (and to every other table's A16 core). The unpacked block is reused for up
- * to MR_MAX activation rows; one row walks 4 tiles at once (w4_tiles1_fn).
+ * to MR_MAX activation rows; one row walks W4_MULTI_NT tiles at once (w4_tiles1_fn).
  * Error against the double-precision product (tests/kern/test_w4.c, measured): the int16
  * rounding of x, at most half a step (amax_g / 65534) per element, so every element stays
  * inside sum_i |w_i| d_g(i) / 2 (+ fp32 slack) — about 2^-16 of the group's largest
@@ -134,9 +134,13 @@ A16_T1(1)
 A16_T1(2)
 A16_T1(3)
 A16_T1(4)
+A16_T1(5)
+A16_T1(6)
+A16_T1(7)
+A16_T1(8)
 
-static const w4_tiles1_fn a16_tiles1_of[W4_MULTI_NT + 1] = {NULL, a16_tiles1_1, a16_tiles1_2,
-                                                            a16_tiles1_3, a16_tiles1_4};
+static const w4_tiles1_fn a16_tiles1_of[W4_MULTI_NT + 1] = {
+    NULL, a16_tiles1_1, a16_tiles1_2, a16_tiles1_3, a16_tiles1_4, a16_tiles1_5, a16_tiles1_6, a16_tiles1_7, a16_tiles1_8};
 
 void epyq_w4_core_a16_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                  int32_t g1, const epyq_act *x, float *y, int32_t ldy,

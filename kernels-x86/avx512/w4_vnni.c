@@ -120,9 +120,13 @@ A8_T1(1)
 A8_T1(2)
 A8_T1(3)
 A8_T1(4)
+A8_T1(5)
+A8_T1(6)
+A8_T1(7)
+A8_T1(8)
 
-static const w4_tiles1_fn a8_tiles1_of[W4_MULTI_NT + 1] = {NULL, a8_tiles1_1, a8_tiles1_2,
-                                                           a8_tiles1_3, a8_tiles1_4};
+static const w4_tiles1_fn a8_tiles1_of[W4_MULTI_NT + 1] = {
+    NULL, a8_tiles1_1, a8_tiles1_2, a8_tiles1_3, a8_tiles1_4, a8_tiles1_5, a8_tiles1_6, a8_tiles1_7, a8_tiles1_8};
 
 #define A8_INST(MR)                                                                              \
     static void a8_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,     \
