@@ -4,9 +4,10 @@
  *   ppN     one sequence, N prompt tokens in one forward call (prefill);
  *   tgN     one sequence, N single-token decode steps from an empty context;
  *   tgN bB  B sequences decoding together, N steps of B tokens (batch decode throughput).
- * The read bandwidth of the machine is measured at start with the same thread count, and
- * every row says how many GB/s of weights it streamed and what fraction of that read figure
- * it reached:
+ * Every timed repetition is followed by a one-pass read-bandwidth probe with the same thread
+ * count, and every row says how many GB/s of weights it streamed and what fraction of the
+ * probe read it reached (mean over repetitions of each one's own ratio; the figure measured
+ * once at start stands in where a probe cannot allocate):
  *   tg (B = 1): the bytes one decoded token reads (epyq_model_active_bytes) x tokens/s;
  *   tg bB:      the same per-step bytes x steps/s — a lower bound, since a batch touches
  *               more experts than one token;
@@ -59,7 +60,7 @@ static void usage(FILE *f) {
             "\n"
             "llama-bench style throughput: prompt processing (ppN), generation (tgN) and batched\n"
             "decoding (tgN bB), with weight GB/s and the fraction of the read bandwidth measured\n"
-            "at start with the same threads.\n"
+            "by a probe with the same threads right after each repetition.\n"
             "\n"
             "  -m, --model DIR          checkpoint folder\n"
             "  --synthetic SPEC         35b-a3b[:ct|gptq|quark|awq|bf16] or tiny[:FORMAT]: generated\n"
@@ -270,6 +271,28 @@ static void print_row(out_fmt f, const row *r, bool first) {
     fflush(stdout);
 }
 
+/* The read probe each timed repetition is paired with: one pass over the --membw-mb buffer
+ * by as many pinned threads, right after the repetition (the shared machine's bandwidth
+ * drifts within a minute, so one figure from the start is not what a repetition saw).
+ * <= 0 when the buffer cannot be allocated. */
+static double probe_gbps(const opts *o, int threads) {
+    epyq_membw_result res;
+    if (epyq_membw_measure(EPYQ_MEMBW_READ, o->membw_bytes, threads, 1, &res, NULL) != EPYQ_OK) return -1.0;
+    return res.median_gbps;
+}
+
+/* % read bw of a test: the mean over repetitions of each one's weight GB/s over its own
+ * probe; read_gbps the mean probe (the start-of-run figure where a probe failed). */
+static void paired_pct(const double *ratios, const double *probes, int reps, double bw0, row *r) {
+    double pr = 0.0, pb = 0.0;
+    for (int k = 0; k < reps; k++) {
+        pr += ratios[k];
+        pb += probes[k] > 0 ? probes[k] : bw0;
+    }
+    r->pct = 100.0 * pr / reps;
+    r->bw_read = pb / reps;
+}
+
 /* Every test for one thread count. */
 static epyq_status bench_threads(const opts *o, const char *dir, int threads, const epyq_weights_stats *ws,
                                  uint64_t params, const char *fmt_name, bool *first, epyq_err *err) {
@@ -293,7 +316,9 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     c.tok = calloc((size_t)ntok, sizeof *c.tok);
     c.logits = malloc((size_t)max_b * c.V * sizeof(float));
     double *samples = calloc((size_t)o->reps, sizeof(double));
-    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    double *ratios = calloc((size_t)o->reps, sizeof(double)), *probes = calloc((size_t)o->reps, sizeof(double));
+    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !ratios || !probes)
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2;
     for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
 
@@ -323,13 +348,15 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             double dt = run_pp(&c, n, err);
             if (dt < 0) st = err->code;
             else samples[k] = n / dt;
+            probes[k] = probe_gbps(o, threads);
+            ratios[k] = (double)ws->resident_bytes * (samples[k] / n) / 1e9 / (probes[k] > 0 ? probes[k] : bw);
         }
         if (st != EPYQ_OK) break;
         stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
         snprintf(r.test, sizeof r.test, "pp%d", n);
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
         r.gbps = (double)ws->resident_bytes * (r.ts_mean / n) / 1e9;
-        r.pct = 100.0 * r.gbps / bw;
+        paired_pct(ratios, probes, o->reps, bw, &r);
         print_row(o->out, &r, *first);
         *first = false;
     }
@@ -342,6 +369,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                 double dt = run_tg(&c, n, B, err);
                 if (dt < 0) st = err->code;
                 else samples[k] = (double)n * B / dt;
+                probes[k] = probe_gbps(o, threads);
+                ratios[k] = (double)tok_bytes * (samples[k] / B) / 1e9 / (probes[k] > 0 ? probes[k] : bw);
             }
             if (st != EPYQ_OK) break;
             stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
@@ -349,14 +378,14 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
             r.gbps = (double)tok_bytes * (r.ts_mean / B) / 1e9;
-            r.pct = 100.0 * r.gbps / bw;
+            paired_pct(ratios, probes, o->reps, bw, &r);
             print_row(o->out, &r, *first);
             *first = false;
         }
     }
     }
     for (int j = 0; c.seqs && j < max_b; j++) epyq_seq_free(c.seqs[j]);
-    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples);
+    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples), free(ratios), free(probes);
     epyq_model_free(c.m);
     return st;
 }
