@@ -16,7 +16,9 @@
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
-#define MR_MAX W4_ROWS_MAX
+/* 12 rows: 12 accumulators + 12 results + the unpacked block fit the 32 registers; with 16
+ * the compiler spilled, and M = 32 ran at about half the speed of 3 chunks of <= 12. */
+#define MR_MAX 12
 
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
@@ -24,19 +26,19 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                        __m512 *facc) {
     /* Independent chains per row: four when few rows (VPDPBUSD latency would otherwise cap
      * a GEMV below the memory speed), one when many (the rows give enough chains, and the
-     * registers go to more rows: 16 rows share one unpack of each block). */
+     * registers go to more rows: up to MR_MAX rows share one unpack of each block). */
     enum { NA = 4 };
     const int na = MR <= 2 ? 4 : MR <= 4 ? 2 : 1;
     const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
     const size_t rb = w4_rec_bytes(gs);
     const __m512i m0f = _mm512_set1_epi8(0x0f);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
-    __m512 f[MR_MAX];
+    __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
     W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
         const uint8_t *rec = tile + (size_t)g * rb;
         const int8_t *xg = a->x8 + (size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs;
-        __m512i acc[MR_MAX][NA];
+        __m512i acc[W4_ROWS_MAX][NA];
         W4_ROWS(MR, acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512(););
         /* Few rows: two blocks per step into four chains; otherwise one block per step. */
         for (int32_t b = 0; b < bpg; b += na == 4 ? 2 : 1) {
@@ -145,15 +147,10 @@ A8_INST(9)
 A8_INST(10)
 A8_INST(11)
 A8_INST(12)
-A8_INST(13)
-A8_INST(14)
-A8_INST(15)
-A8_INST(16)
 
 static const w4_rows_fn a8_rows_of[MR_MAX + 1] = {
-    NULL,       a8_rows_1,  a8_rows_2,  a8_rows_3,  a8_rows_4,  a8_rows_5,
-    a8_rows_6,  a8_rows_7,  a8_rows_8,  a8_rows_9,  a8_rows_10, a8_rows_11,
-    a8_rows_12, a8_rows_13, a8_rows_14, a8_rows_15, a8_rows_16};
+    NULL,      a8_rows_1, a8_rows_2, a8_rows_3,  a8_rows_4,  a8_rows_5, a8_rows_6,
+    a8_rows_7, a8_rows_8, a8_rows_9, a8_rows_10, a8_rows_11, a8_rows_12};
 
 void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                 int32_t g1, const epyq_act *x, float *y, int32_t ldy,
