@@ -6,8 +6,8 @@
  *   tgN bB  B sequences decoding together, N steps of B tokens (batch decode throughput).
  * Every timed repetition is followed by a one-pass read-bandwidth probe with the same thread
  * count, and every row says how many GB/s of weights it streamed and what fraction of the
- * probe read it reached (mean over repetitions of each one's own ratio; the figure measured
- * once at start stands in where a probe cannot allocate):
+ * probes' mean read it reached (the figure measured once at start stands in where a probe
+ * cannot allocate):
  *   tg (B = 1): the bytes one decoded token reads (epyq_model_active_bytes) x tokens/s;
  *   tg bB:      the same per-step bytes x steps/s — a lower bound, since a batch touches
  *               more experts than one token;
@@ -281,16 +281,14 @@ static double probe_gbps(const opts *o, int threads) {
     return res.median_gbps;
 }
 
-/* % read bw of a test: the mean over repetitions of each one's weight GB/s over its own
- * probe; read_gbps the mean probe (the start-of-run figure where a probe failed). */
-static void paired_pct(const double *ratios, const double *probes, int reps, double bw0, row *r) {
-    double pr = 0.0, pb = 0.0;
-    for (int k = 0; k < reps; k++) {
-        pr += ratios[k];
-        pb += probes[k] > 0 ? probes[k] : bw0;
-    }
-    r->pct = 100.0 * pr / reps;
+/* % read bw of a test: its mean weight GB/s over the mean of the probes paired with its
+ * repetitions (the start-of-run figure stands in where a probe failed); read_gbps is that
+ * mean, so pct = 100 gbps / read_gbps holds in every output format. */
+static void paired_pct(const double *probes, int reps, double bw0, row *r) {
+    double pb = 0.0;
+    for (int k = 0; k < reps; k++) pb += probes[k] > 0 ? probes[k] : bw0;
     r->bw_read = pb / reps;
+    r->pct = 100.0 * r->gbps / r->bw_read;
 }
 
 /* Every test for one thread count. */
@@ -316,8 +314,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     c.tok = calloc((size_t)ntok, sizeof *c.tok);
     c.logits = malloc((size_t)max_b * c.V * sizeof(float));
     double *samples = calloc((size_t)o->reps, sizeof(double));
-    double *ratios = calloc((size_t)o->reps, sizeof(double)), *probes = calloc((size_t)o->reps, sizeof(double));
-    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !ratios || !probes)
+    double *probes = calloc((size_t)o->reps, sizeof(double));
+    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2;
     for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
@@ -349,14 +347,13 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             if (dt < 0) st = err->code;
             else samples[k] = n / dt;
             probes[k] = probe_gbps(o, threads);
-            ratios[k] = (double)ws->resident_bytes * (samples[k] / n) / 1e9 / (probes[k] > 0 ? probes[k] : bw);
         }
         if (st != EPYQ_OK) break;
         stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
         snprintf(r.test, sizeof r.test, "pp%d", n);
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
         r.gbps = (double)ws->resident_bytes * (r.ts_mean / n) / 1e9;
-        paired_pct(ratios, probes, o->reps, bw, &r);
+        paired_pct(probes, o->reps, bw, &r);
         print_row(o->out, &r, *first);
         *first = false;
     }
@@ -370,7 +367,6 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                 if (dt < 0) st = err->code;
                 else samples[k] = (double)n * B / dt;
                 probes[k] = probe_gbps(o, threads);
-                ratios[k] = (double)tok_bytes * (samples[k] / B) / 1e9 / (probes[k] > 0 ? probes[k] : bw);
             }
             if (st != EPYQ_OK) break;
             stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
@@ -378,14 +374,14 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
             r.gbps = (double)tok_bytes * (r.ts_mean / B) / 1e9;
-            paired_pct(ratios, probes, o->reps, bw, &r);
+            paired_pct(probes, o->reps, bw, &r);
             print_row(o->out, &r, *first);
             *first = false;
         }
     }
     }
     for (int j = 0; c.seqs && j < max_b; j++) epyq_seq_free(c.seqs[j]);
-    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples), free(ratios), free(probes);
+    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples), free(probes);
     epyq_model_free(c.m);
     return st;
 }
