@@ -28,12 +28,20 @@ void epyq_w4_gemm_with(const epyq_w4_cores *c, const epyq_w4 *w, int32_t n0, int
     core_for(c, x->path)(w, n0, n1, 0, w->k / w->gs, x, y + n0, ldy, NULL);
 }
 
-/* Scratch: h [m][n_inter] fp32 | gate, up [m][ch] fp32 each | h's prepared activation. */
+/* Floats of each of the gate/up buffers: at least m x round_rows(m), and never less than for
+ * a smaller m, so scratch sized for m rows serves every call with fewer (callers size it once
+ * for their largest batch; m x round_rows(m) alone drops from 4 x 512 to 5 x 64). */
+static size_t gu_floats(int32_t m) {
+    const size_t many = (size_t)m * 64, few = (size_t)(m < 4 ? m : 4) * 512;
+    return many > few ? many : few;
+}
+
+/* Scratch: h [m][n_inter] fp32 | gate, up [gu_floats(m)] fp32 each | h's prepared activation. */
 static size_t off_gu(int32_t m, int32_t n_inter) {
     return w4_align64((size_t)m * (size_t)n_inter * sizeof(float));
 }
 static size_t off_act(int32_t m, int32_t n_inter) {
-    return off_gu(m, n_inter) + 2 * w4_align64((size_t)m * (size_t)round_rows(m) * sizeof(float));
+    return off_gu(m, n_inter) + 2 * w4_align64(gu_floats(m) * sizeof(float));
 }
 
 size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k) {
@@ -53,7 +61,7 @@ void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq
     uint8_t *sb = (uint8_t *)scratch;
     float *h = (float *)sb;                              /* [m][ni] */
     float *gt = (float *)(sb + off_gu(m, ni));           /* [m][ch] */
-    float *ut = gt + w4_align64((size_t)m * (size_t)ch * sizeof(float)) / sizeof(float); /* [m][ch] */
+    float *ut = gt + w4_align64(gu_floats(m) * sizeof(float)) / sizeof(float); /* [m][ch] */
     for (int32_t r0 = i0; r0 < i1; r0 += ch) {
         const int32_t r1 = r0 + ch < i1 ? r0 + ch : i1;
         core(gate, r0, r1, 0, gate->k / gate->gs, x, gt, ch, NULL);

@@ -537,6 +537,24 @@ END_TEST
  * a varying number of tokens of different sequences into one kernel call, and epyq batch
  * --resume promises the same bytes as an uninterrupted run. Every m in 1..17 against m = 1,
  * for w4_gemm and w4_expert, both paths, every table, bit for bit. */
+/* Scratch sized for m rows serves any call with fewer rows: the size never decreases in m. */
+START_TEST(test_scratch_monotonic) {
+    for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
+        const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+        if (!kt) continue;
+        for (int32_t ni = 32; ni <= 1024; ni *= 2) {
+            size_t prev = 0;
+            for (int32_t m = 1; m <= 64; m++) {
+                const size_t b = kt->w4_expert_scratch_bytes(m, ni, 2048);
+                ck_assert_msg(b >= prev, "%s: scratch for m=%d (%zu) < for m=%d (%zu), n_inter %d", kt->name,
+                              (int)m, b, (int)m - 1, prev, (int)ni);
+                prev = b;
+            }
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_rows_independent) {
     rng_state = 0x2c0ffee5u;
     const int32_t hidden = 256, inter = 128, gs = 128, mmax = fast_mode() ? 10 : 17;
@@ -595,6 +613,7 @@ static Suite *w4_suite(void) {
     tcase_add_test(tc, test_act_prep_tables);
     tcase_add_test(tc, test_gemm_shapes);
     tcase_add_test(tc, test_expert);
+    tcase_add_test(tc, test_scratch_monotonic);
     tcase_add_test(tc, test_rows_independent);
     suite_add_tcase(s, tc);
     return s;
