@@ -81,6 +81,27 @@ typedef void (*w4_tiles1_fn)(const epyq_w4 *w, const uint8_t *tile0, int32_t g0,
                              const void *view, int32_t kx, size_t pf, __m512 *facc);
 #define W4_MULTI_NT 8
 
+/* Stamp out fn_N (a w4_rows_fn / w4_tiles1_fn) calling the always-inline impl with the
+ * compile-time count N (activation rows / tiles), so the register arrays indexed by it stay
+ * in registers; W4_TILES1_TABLE also defines fn_of[], the walks for 1..W4_MULTI_NT tiles. */
+#define W4_ROWS_FN(fn, impl, VIEW, MR)                                                           \
+    static void fn##_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,        \
+                          const void *a, int32_t kx, int32_t t0, __m512 *facc) {                \
+        impl(w, tile, g0, g1, (const VIEW *)a, kx, t0, MR, facc);                                \
+    }
+#define W4_TILES1_FN(fn, impl, VIEW, NT)                                                         \
+    static void fn##_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,       \
+                          const void *a, int32_t kx, size_t pf, __m512 *facc) {                 \
+        impl(w, tile0, g0, g1, (const VIEW *)a, kx, pf, NT, facc);                               \
+    }
+#define W4_TILES1_TABLE(fn, impl, VIEW)                                                          \
+    W4_TILES1_FN(fn, impl, VIEW, 1) W4_TILES1_FN(fn, impl, VIEW, 2)                              \
+    W4_TILES1_FN(fn, impl, VIEW, 3) W4_TILES1_FN(fn, impl, VIEW, 4)                              \
+    W4_TILES1_FN(fn, impl, VIEW, 5) W4_TILES1_FN(fn, impl, VIEW, 6)                              \
+    W4_TILES1_FN(fn, impl, VIEW, 7) W4_TILES1_FN(fn, impl, VIEW, 8)                              \
+    static const w4_tiles1_fn fn##_of[W4_MULTI_NT + 1] = {                                       \
+        NULL, fn##_1, fn##_2, fn##_3, fn##_4, fn##_5, fn##_6, fn##_7, fn##_8};
+
 /* The tile loop every AVX-512 core shares: rows split into equal chunks of at most mr_max
  * (17 rows = 9 + 8, not 16 + 1, so every chunk reuses each unpack), routing weight applied,
  * rows [n0, n1) written. rows_of[mr] handles a chunk of mr rows; with one activation row,

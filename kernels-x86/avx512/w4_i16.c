@@ -107,11 +107,7 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
     W4_ROWS(NT, facc[r] = f[r];);
 }
 
-#define A16_INST(MR)                                                                             \
-    static void a16_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,    \
-                              const void *a, int32_t kx, int32_t t0, __m512 *facc) {            \
-        a16_rows(w, tile, g0, g1, (const w4_a16_view *)a, kx, t0, MR, facc);                     \
-    }
+#define A16_INST(MR) W4_ROWS_FN(a16_rows, a16_rows, w4_a16_view, MR)
 A16_INST(1)
 A16_INST(2)
 A16_INST(3)
@@ -125,22 +121,7 @@ static const w4_rows_fn a16_rows_of[MR_MAX + 1] = {NULL,       a16_rows_1, a16_r
                                                   a16_rows_3, a16_rows_4, a16_rows_5,
                                                   a16_rows_6, a16_rows_7, a16_rows_8};
 
-#define A16_T1(NT)                                                                               \
-    static void a16_tiles1_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1, \
-                                const void *a, int32_t kx, size_t pf, __m512 *facc) {           \
-        a16_tiles1(w, tile0, g0, g1, (const w4_a16_view *)a, kx, pf, NT, facc);                  \
-    }
-A16_T1(1)
-A16_T1(2)
-A16_T1(3)
-A16_T1(4)
-A16_T1(5)
-A16_T1(6)
-A16_T1(7)
-A16_T1(8)
-
-static const w4_tiles1_fn a16_tiles1_of[W4_MULTI_NT + 1] = {
-    NULL, a16_tiles1_1, a16_tiles1_2, a16_tiles1_3, a16_tiles1_4, a16_tiles1_5, a16_tiles1_6, a16_tiles1_7, a16_tiles1_8};
+W4_TILES1_TABLE(a16_tiles1, a16_tiles1, w4_a16_view)
 
 void epyq_w4_core_a16_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
                                  int32_t g1, const epyq_act *x, float *y, int32_t ldy,

@@ -113,28 +113,9 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
     W4_ROWS(NT, facc[r] = f[r];);
 }
 
-#define A8_T1(NT)                                                                                \
-    static void a8_tiles1_##NT(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int32_t g1,  \
-                               const void *a, int32_t kx, size_t pf, __m512 *facc) {            \
-        a8_tiles1(w, tile0, g0, g1, (const w4_a8_view *)a, kx, pf, NT, facc);                    \
-    }
-A8_T1(1)
-A8_T1(2)
-A8_T1(3)
-A8_T1(4)
-A8_T1(5)
-A8_T1(6)
-A8_T1(7)
-A8_T1(8)
+W4_TILES1_TABLE(a8_tiles1, a8_tiles1, w4_a8_view)
 
-static const w4_tiles1_fn a8_tiles1_of[W4_MULTI_NT + 1] = {
-    NULL, a8_tiles1_1, a8_tiles1_2, a8_tiles1_3, a8_tiles1_4, a8_tiles1_5, a8_tiles1_6, a8_tiles1_7, a8_tiles1_8};
-
-#define A8_INST(MR)                                                                              \
-    static void a8_rows_##MR(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,     \
-                             const void *a, int32_t kx, int32_t t0, __m512 *facc) {             \
-        a8_rows(w, tile, g0, g1, (const w4_a8_view *)a, kx, t0, MR, facc);                       \
-    }
+#define A8_INST(MR) W4_ROWS_FN(a8_rows, a8_rows, w4_a8_view, MR)
 A8_INST(1)
 A8_INST(2)
 A8_INST(3)
