@@ -5,6 +5,7 @@
 #ifndef EPYQ_TESTUTIL_H
 #define EPYQ_TESTUTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,15 @@ static inline int epyq_test_threads_named_settled(const char *prefix, int want) 
         n = epyq_test_threads_named(prefix);
     }
     return n;
+}
+
+/* The kernel tests' deterministic generator: one xorshift64 step of *s, returning the new
+ * state (callers take the bits they want; each test keeps its own seeds). */
+static inline uint64_t epyq_test_xorshift(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
 }
 
 #endif

@@ -119,7 +119,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->ctx = 4096;
     o->chunk = 512;
     int c;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:i:o:c:t:h", lo, NULL)) != -1) {
         switch (c) {
@@ -129,9 +128,8 @@ static int parse(int argc, char **argv, opts *o) {
         case 'o': o->out = optarg; break;
         case OPT_RESUME: o->resume = true; break;
         case OPT_MAXB: case 'c': case 't': case OPT_CHUNK: {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < (c == 't' ? 0 : 1) || v > 1 << 24)
-                return fprintf(stderr, "epyq batch: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq batch", optarg, c == 't' ? 0 : 1, 1 << 24, &v)) return 2;
             *(c == OPT_MAXB ? &o->max_batch : c == 'c' ? &o->ctx : c == 't' ? &o->threads : &o->chunk) = (int)v;
             break;
         }

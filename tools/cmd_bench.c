@@ -116,7 +116,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->membw_bytes = (size_t)1024 << 20;
     epyq_numa_opts_init(&o->numa);
     int c, rc, li = 0;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, &li)) != -1) {
         switch (c) {
@@ -128,8 +127,8 @@ static int parse(int argc, char **argv, opts *o) {
         case 'b': if ((rc = parse_list("-b", optarg, o->bat, &o->n_bat, 1)) >= 0) return rc; break;
         case 'r':
         case 'W': {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 1000000) return fprintf(stderr, "epyq bench: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq bench", optarg, 1, 1000000, &v)) return 2;
             if (c == 'r') o->reps = (int)v;
             else o->membw_bytes = (size_t)v << 20;
             break;

@@ -116,8 +116,8 @@ static int parse(int argc, char **argv, opts *o) {
         case O_SYS: o->system = optarg; break;
         case O_NOTHINK: o->no_think = true; break;
         case 'n': case 'c': case 't': case O_TOPK: {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 0 || v > 1 << 28) return fprintf(stderr, "epyq chat: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq chat", optarg, 0, 1 << 28, &v)) return 2;
             if (c == 'n') o->n_predict = (int)v;
             else if (c == 'c') o->ctx = (int)v;
             else if (c == 't') o->threads = (int)v;

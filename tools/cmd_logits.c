@@ -16,6 +16,7 @@
 #include "model/sample.h"
 #include "ref/ref_forward.h"
 #include "tools/cmd.h"
+#include "tools/tool_model.h"
 
 #define MAX_IDS 65536
 
@@ -166,7 +167,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->n_ids = -1;
     epyq_numa_opts_init(&o->numa);
     int c, li = 0;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, &li)) != -1) {
         switch (c) {
@@ -178,9 +178,8 @@ static int parse(int argc, char **argv, opts *o) {
         case 'n':
         case 'D':
         case 't': {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 0 || v > MAX_IDS || (c == 'D' && (v < 1 || v > 16)))
-                return fprintf(stderr, "epyq logits: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq logits", optarg, c == 'D' ? 1 : 0, c == 'D' ? 16 : MAX_IDS, &v)) return 2;
             *(c == 'n' ? &o->n_decode : c == 'D' ? &o->n_drafts : &o->threads) = (int)v;
             break;
         }

@@ -60,7 +60,6 @@ static int parse(int argc, char **argv, opts *o) {
     o->ctx = 512;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     int c;
-    char *end;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:f:c:t:h", lo, NULL)) != -1) {
         switch (c) {
@@ -69,8 +68,8 @@ static int parse(int argc, char **argv, opts *o) {
         case 'f': o->file = optarg; break;
         case OPT_KLD: o->kld = optarg; break;
         case 'c': case 't': {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < (c == 'c' ? 4 : 0) || v > 1 << 20) return fprintf(stderr, "epyq ppl: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq ppl", optarg, c == 'c' ? 4 : 0, 1 << 20, &v)) return 2;
             *(c == 'c' ? &o->ctx : &o->threads) = (int)v;
             break;
         }

@@ -87,8 +87,8 @@ static int parse(int argc, char **argv, opts *o) {
         case O_CHAT: o->chat = true; break;
         case O_NOTHINK: o->no_think = true; break;
         case 'n': case 'c': case 't': case O_TOPK: {
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 0 || v > 1 << 28) return fprintf(stderr, "epyq run: bad number '%s'\n", optarg), 2;
+            long v;
+            if (epyq_tool_opt_long("epyq run", optarg, 0, 1 << 28, &v)) return 2;
             if (c == 'n') o->n_predict = (int)v;
             else if (c == 'c') o->ctx = (int)v;
             else if (c == 't') o->threads = (int)v;

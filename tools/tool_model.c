@@ -170,3 +170,13 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
                 (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active);
     return EPYQ_OK;
 }
+
+int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v) {
+    char *end;
+    *v = strtol(arg, &end, 10);
+    if (end == arg || *end || *v < lo || *v > hi) {
+        fprintf(stderr, "%s: bad number '%s'\n", cmd, arg);
+        return 2;
+    }
+    return 0;
+}

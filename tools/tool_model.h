@@ -26,4 +26,8 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
 /* The cache root ($XDG_CACHE_HOME/epyq or $HOME/.cache/epyq), malloc'd. */
 char *epyq_tool_cache_root(void);
 
+/* A whole decimal number in [lo, hi] from a command-line argument into *v: 0, or 2 (the
+ * usage-error exit status) after printing "<cmd>: bad number '<arg>'" to stderr. */
+int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v);
+
 #endif

@@ -30,6 +30,7 @@
 
 #include "core/util.h"
 #include "kernels-x86/kern.h"
+#include "tests/testutil.h"
 
 #define U32 (1.0 / 16777216.0) /* fp32 unit roundoff 2^-24 */
 
@@ -42,12 +43,7 @@ static int fast_mode(void) {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rnd_u32(void) { return (uint32_t)(epyq_test_xorshift(&rng_state) >> 16); }
 
 /* Uniform in [-1, 1). */
 static float rnd_f(void) { return (float)((double)rnd_u32() / 2147483648.0 - 1.0); }

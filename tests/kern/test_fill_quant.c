@@ -14,15 +14,11 @@
 
 #include "kernels-x86/counter_rng.h"
 #include "kernels-x86/kern.h"
+#include "tests/testutil.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
-static uint32_t rnd_u32(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 16);
-}
+static uint32_t rnd_u32(void) { return (uint32_t)(epyq_test_xorshift(&rng_state) >> 16); }
 
 /* Uniform in [-1, 1). */
 static float rnd_f(void) { return (float)((double)rnd_u32() / 2147483648.0 - 1.0); }

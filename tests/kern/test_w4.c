@@ -26,6 +26,7 @@
 #include "core/util.h"
 #include "kernels-x86/kern.h"
 #include "kernels-x86/w4_layout.h"
+#include "tests/testutil.h"
 
 static int fast_mode(void) {
     const char *f = getenv("EPYQ_FAST");
@@ -35,12 +36,7 @@ static int fast_mode(void) {
 /* ---- deterministic random data ---------------------------------------------------------- */
 
 static uint64_t rng_state;
-static uint32_t rnd(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
+static uint32_t rnd(void) { return (uint32_t)(epyq_test_xorshift(&rng_state) >> 32); }
 static float rndf(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; } /* [-1, 1) */
 
 typedef struct {
