@@ -36,6 +36,8 @@ static const epyq_kern_table own_ref = {
     .act_prep = epyq_act_prep_ref,
     .w4_gemm = epyq_w4_gemm_ref,
     .w4_expert = epyq_w4_expert_ref,
+    .w4_expert_gu = epyq_w4_expert_gu_ref,
+    .w4_expert_down = epyq_w4_expert_down_ref,
     .w4_expert_scratch_bytes = epyq_w4_expert_scratch_bytes,
     .fill_normal = epyq_fill_normal_ref,
     .minmax = epyq_minmax_ref,
@@ -53,6 +55,8 @@ static const epyq_kern_table own_avx2 = {
     .stream_read = epyq_stream_read_avx2,
     .w4_gemm = epyq_w4_gemm_avx2,
     .w4_expert = epyq_w4_expert_avx2,
+    .w4_expert_gu = epyq_w4_expert_gu_avx2,
+    .w4_expert_down = epyq_w4_expert_down_avx2,
     .fill_normal = epyq_fill_normal_avx2,
     .minmax = epyq_minmax_avx2,
     .quant_codes = epyq_quant_codes_avx2,
@@ -74,6 +78,8 @@ static const epyq_kern_table own_avx512 = {
 static const epyq_kern_table own_avx512_vnni = {
     .w4_gemm = epyq_w4_gemm_avx512vnni,
     .w4_expert = epyq_w4_expert_avx512vnni,
+    .w4_expert_gu = epyq_w4_expert_gu_avx512vnni,
+    .w4_expert_down = epyq_w4_expert_down_avx512vnni,
     .bf16_gemm = NULL,
 };
 
@@ -105,6 +111,8 @@ static void build_tables(void) {
         INHERIT(act_prep);
         INHERIT(w4_gemm);
         INHERIT(w4_expert);
+        INHERIT(w4_expert_gu);
+        INHERIT(w4_expert_down);
         INHERIT(w4_expert_scratch_bytes);
         INHERIT(bf16_gemm);
         INHERIT(bf16_gemm_f32);

@@ -119,6 +119,20 @@ typedef struct epyq_kern_table {
                       int32_t i1, const epyq_act *x, const float *rw, float *y, int32_t ldy,
                       void *scratch);
     size_t (*w4_expert_scratch_bytes)(int32_t m, int32_t n_inter, int32_t k);
+    /* w4_expert in two phases, so one expert can be spread over several threads (one token's
+     * 8 experts + shared expert do not divide evenly among 2 threads):
+     *   w4_expert_gu:   h[t][i - i0] = silu(gate[i]·x_t) * (up[i]·x_t) for i in [i0, i1),
+     *                   h row stride ldh (fp32);
+     *   w4_expert_down: y[t][j] = rw[t] * down[j, i0:i1] · h_t for j in [n0, n1), t < m, from
+     *                   h [m][i1 - i0] (contiguous), prepared for `path` inside.
+     * gu over any split of [i0, i1) into multiples of 16 rows, then down over any split of
+     * [0, down->n) into multiples of 16 rows, gives exactly w4_expert's bits. Scratch per call:
+     * w4_expert_scratch_bytes(m, i1 - i0, k) bytes (either phase). */
+    void (*w4_expert_gu)(const epyq_w4 *gate, const epyq_w4 *up, int32_t i0, int32_t i1,
+                         const epyq_act *x, float *h, int32_t ldh, void *scratch);
+    void (*w4_expert_down)(const epyq_w4 *down, int32_t n0, int32_t n1, int32_t i0, int32_t i1,
+                           const float *h, int32_t m, epyq_numpath path, const float *rw,
+                           float *y, int32_t ldy, void *scratch);
 
     /* Dense bf16 weights as stored on disk, row-major w [n][k] (row stride k):
      * y[t][j] = sum_i w[j][i] * x[t][i] for j in [n0, n1), t < x->m; y row stride ldy floats.

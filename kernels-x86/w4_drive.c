@@ -53,14 +53,12 @@ size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k) {
 
 static inline float silu(float v) { return v / (1.0f + expf(-v)); }
 
-void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
-                         const epyq_w4 *down, int32_t i0, int32_t i1, const epyq_act *x,
-                         const float *rw, float *y, int32_t ldy, void *scratch) {
-    const int32_t m = x->m, ni = i1 - i0, ch = round_rows(m);
+void epyq_w4_expert_gu_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
+                            int32_t i0, int32_t i1, const epyq_act *x, float *h, int32_t ldh,
+                            void *scratch) {
+    const int32_t m = x->m, ch = round_rows(m);
     const epyq_w4_core_fn core = core_for(c, x->path);
-    uint8_t *sb = (uint8_t *)scratch;
-    float *h = (float *)sb;                              /* [m][ni] */
-    float *gt = (float *)(sb + off_gu(m, ni));           /* [m][ch] */
+    float *gt = (float *)scratch;                                               /* [m][ch] */
     float *ut = gt + w4_align64(gu_floats(m) * sizeof(float)) / sizeof(float); /* [m][ch] */
     for (int32_t r0 = i0; r0 < i1; r0 += ch) {
         const int32_t r1 = r0 + ch < i1 ? r0 + ch : i1;
@@ -68,10 +66,30 @@ void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq
         core(up, r0, r1, 0, up->k / up->gs, x, ut, ch, NULL);
         for (int32_t t = 0; t < m; t++)
             for (int32_t i = 0; i < r1 - r0; i++)
-                h[(size_t)t * (size_t)ni + (size_t)(r0 - i0 + i)] =
+                h[(size_t)t * (size_t)ldh + (size_t)(r0 - i0 + i)] =
                     silu(gt[(size_t)t * (size_t)ch + (size_t)i]) * ut[(size_t)t * (size_t)ch + (size_t)i];
     }
+}
+
+void epyq_w4_expert_down_with(const epyq_w4_cores *c, const epyq_w4 *down, int32_t n0, int32_t n1,
+                              int32_t i0, int32_t i1, const float *h, int32_t m,
+                              epyq_numpath path, const float *rw, float *y, int32_t ldy,
+                              void *scratch) {
+    if (n1 <= n0) return;
     epyq_act hx;
-    c->act_prep(&hx, h, m, ni, down->gs, x->path, sb + off_act(m, ni));
-    core(down, 0, down->n, i0 / down->gs, i1 / down->gs, &hx, y, ldy, rw);
+    c->act_prep(&hx, h, m, i1 - i0, down->gs, path, scratch);
+    core_for(c, path)(down, n0, n1, i0 / down->gs, i1 / down->gs, &hx, y + n0, ldy, rw);
+}
+
+/* The fused expert is the two phases back to back, so splitting them over threads (rows of
+ * h, rows of y) reproduces its bits. */
+void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
+                         const epyq_w4 *down, int32_t i0, int32_t i1, const epyq_act *x,
+                         const float *rw, float *y, int32_t ldy, void *scratch) {
+    const int32_t m = x->m, ni = i1 - i0;
+    uint8_t *sb = (uint8_t *)scratch;
+    float *h = (float *)sb; /* [m][ni] */
+    epyq_w4_expert_gu_with(c, gate, up, i0, i1, x, h, ni, sb + off_gu(m, ni));
+    epyq_w4_expert_down_with(c, down, 0, down->n, i0, i1, h, m, x->path, rw, y, ldy,
+                             sb + off_act(m, ni));
 }

@@ -29,6 +29,13 @@ void epyq_w4_gemm_with(const epyq_w4_cores *c, const epyq_w4 *w, int32_t n0, int
 void epyq_w4_expert_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
                          const epyq_w4 *down, int32_t i0, int32_t i1, const epyq_act *x,
                          const float *rw, float *y, int32_t ldy, void *scratch);
+void epyq_w4_expert_gu_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
+                            int32_t i0, int32_t i1, const epyq_act *x, float *h, int32_t ldh,
+                            void *scratch);
+void epyq_w4_expert_down_with(const epyq_w4_cores *c, const epyq_w4 *down, int32_t n0, int32_t n1,
+                              int32_t i0, int32_t i1, const float *h, int32_t m,
+                              epyq_numpath path, const float *rw, float *y, int32_t ldy,
+                              void *scratch);
 size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k);
 
 /* Declares the table entries of one ISA suffix. */
@@ -37,7 +44,12 @@ size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k);
                             float *y, int32_t ldy);                                              \
     void epyq_w4_expert_##sfx(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down,      \
                               int32_t i0, int32_t i1, const epyq_act *x, const float *rw,       \
-                              float *y, int32_t ldy, void *scratch)
+                              float *y, int32_t ldy, void *scratch);                           \
+    void epyq_w4_expert_gu_##sfx(const epyq_w4 *gate, const epyq_w4 *up, int32_t i0, int32_t i1, \
+                                 const epyq_act *x, float *h, int32_t ldh, void *scratch);       \
+    void epyq_w4_expert_down_##sfx(const epyq_w4 *down, int32_t n0, int32_t n1, int32_t i0,      \
+                                   int32_t i1, const float *h, int32_t m, epyq_numpath path,     \
+                                   const float *rw, float *y, int32_t ldy, void *scratch)
 
 /* ref: plain C (kernels-x86/ref/w4_ref.c) and the activation preparation (w4_act.c): one
  * rounding rule that every table must follow to the bit (the SIMD preparation repeats its

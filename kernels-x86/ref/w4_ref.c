@@ -84,3 +84,14 @@ void epyq_w4_expert_ref(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *d
                         void *scratch) {
     epyq_w4_expert_with(&cores_ref, gate, up, down, i0, i1, x, rw, y, ldy, scratch);
 }
+
+void epyq_w4_expert_gu_ref(const epyq_w4 *gate, const epyq_w4 *up, int32_t i0, int32_t i1,
+                           const epyq_act *x, float *h, int32_t ldh, void *scratch) {
+    epyq_w4_expert_gu_with(&cores_ref, gate, up, i0, i1, x, h, ldh, scratch);
+}
+
+void epyq_w4_expert_down_ref(const epyq_w4 *down, int32_t n0, int32_t n1, int32_t i0,
+                             int32_t i1, const float *h, int32_t m, epyq_numpath path,
+                             const float *rw, float *y, int32_t ldy, void *scratch) {
+    epyq_w4_expert_down_with(&cores_ref, down, n0, n1, i0, i1, h, m, path, rw, y, ldy, scratch);
+}

@@ -15,7 +15,8 @@
  *  - computing rows [0, n) as one slice or as two slices gives identical bits (what a
  *    1-thread and a 2-thread run do);
  *  - w4_expert (fused gate/up/SiLU/down with routing weight) over a whole intermediate range
- *    and over two slices matches the double reference and the ref twin.
+ *    and over two slices matches the double reference and the ref twin, and its two phases
+ *    (w4_expert_gu, w4_expert_down) run in pieces give its exact bits.
  * The measured worst errors, normalised by sum_i |w_i x_i|, are printed per path. */
 #include <check.h>
 #include <math.h>
@@ -529,6 +530,74 @@ START_TEST(test_expert) {
 END_TEST
 
 
+/* w4_expert_gu over p pieces of the intermediate rows, then w4_expert_down over q pieces of
+ * the output rows (what moe.c's split mode spreads over threads), must give w4_expert's bits:
+ * every table, both paths, m = 1, 3 and 17, an intermediate slice [i0, i1) too, uneven pieces. */
+static void check_phases(int32_t hidden, int32_t inter, int32_t gs, int32_t m, int asym) {
+    mat gate, up, down;
+    mat_make(&gate, inter, hidden, gs, asym);
+    mat_make(&up, inter, hidden, gs, asym);
+    mat_make(&down, hidden, inter, gs, asym);
+    float *x = act_make(m, hidden, 1), rw[32];
+    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    const int32_t ranges[2][2] = {{0, inter}, {gs, inter}};
+    for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
+        const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+        if (!kt) continue;
+        void *scratch = aligned_alloc(64, w4_align64(kt->w4_expert_scratch_bytes(m, inter, hidden)));
+        float *h = nan_buf((size_t)m * (size_t)inter);
+        ck_assert_ptr_nonnull(scratch);
+        for (int p = 0; p < 2; p++)
+            for (int r = 0; r < 2; r++) {
+                const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+                const int32_t i0 = ranges[r][0], i1 = ranges[r][1], ni = i1 - i0;
+                if (ni <= 0) continue;
+                epyq_act xa;
+                void *buf = act_buf(kt, &xa, x, m, hidden, gs, path);
+                float *whole = nan_buf((size_t)m * (size_t)hidden);
+                kt->w4_expert(&gate.w, &up.w, &down.w, i0, i1, &xa, rw, whole, hidden, scratch);
+                for (int32_t pieces = 1; pieces <= 3; pieces++) {
+                    float *y = nan_buf((size_t)m * (size_t)hidden);
+                    const int32_t ti = (ni + 15) / 16, to = (hidden + 15) / 16;
+                    for (int32_t k = 0; k < pieces; k++) {
+                        int32_t a = i0 + ti * k / pieces * 16, b = i0 + ti * (k + 1) / pieces * 16;
+                        b = b < i1 ? b : i1;
+                        if (b > a) kt->w4_expert_gu(&gate.w, &up.w, a, b, &xa, h + (a - i0), ni, scratch);
+                    }
+                    /* down in the other order: pieces are independent */
+                    for (int32_t k = pieces - 1; k >= 0; k--) {
+                        int32_t a = to * k / pieces * 16, b = to * (k + 1) / pieces * 16;
+                        b = b < hidden ? b : hidden;
+                        kt->w4_expert_down(&down.w, a, b, i0, i1, h, m, path, rw, y, hidden, scratch);
+                    }
+                    ck_assert_msg(memcmp(y, whole, (size_t)m * (size_t)hidden * sizeof(float)) == 0,
+                                  "%s %s: gu + down in %d pieces over [%d,%d), m=%d, differ from w4_expert",
+                                  kt->name, p ? "A8" : "A16", (int)pieces, (int)i0, (int)i1, (int)m);
+                    free(y);
+                }
+                free(whole);
+                free(buf);
+            }
+        free(h);
+        free(scratch);
+    }
+    free(x);
+    mat_free(&gate);
+    mat_free(&up);
+    mat_free(&down);
+}
+
+START_TEST(test_expert_phases) {
+    rng_state = 0x9e3779b9u;
+    check_phases(256, 256, 128, 1, 0);
+    check_phases(128, 192, 64, 3, 1);
+    if (!fast_mode()) {
+        check_phases(256, 512, 128, 1, 0); /* the 35b experts' intermediate size */
+        check_phases(192, 160, 32, 17, 0);
+    }
+}
+END_TEST
+
 /* A row's result must not depend on how many other rows share the call: batched decode puts
  * a varying number of tokens of different sequences into one kernel call, and epyq batch
  * --resume promises the same bytes as an uninterrupted run. Every m in 1..17 against m = 1,
@@ -609,6 +678,7 @@ static Suite *w4_suite(void) {
     tcase_add_test(tc, test_act_prep_tables);
     tcase_add_test(tc, test_gemm_shapes);
     tcase_add_test(tc, test_expert);
+    tcase_add_test(tc, test_expert_phases);
     tcase_add_test(tc, test_scratch_monotonic);
     tcase_add_test(tc, test_rows_independent);
     suite_add_tcase(s, tc);
