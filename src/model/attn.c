@@ -65,9 +65,8 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     epyq_status st = qg && kk && vv && o ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
     if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->H, &act, &abuf, err);
     if (st == EPYQ_OK) {
-        epyq_rlin_run(m, &a->q, &act, qg, qd);
-        epyq_rlin_run(m, &a->k, &act, kk, kvd);
-        epyq_rlin_run(m, &a->v, &act, vv, kvd);
+        const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
+        epyq_rlin_run_many(m, proj, 3, &act);
         for (int32_t t = 0; t < T; t++) {
             for (int32_t h = 0; h < m->nq; h++) {
                 float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */

@@ -223,10 +223,9 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory");
     if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->H, &act, &abuf, err);
     if (st == EPYQ_OK) {
-        epyq_rlin_run(m, &gw->qkv, &act, u, cd);
-        epyq_rlin_run(m, &gw->z, &act, z, vd);
-        epyq_rlin_run(m, &gw->b, &act, ba, 2 * Hv);
-        epyq_rlin_run(m, &gw->a, &act, ba + Hv, 2 * Hv);
+        const epyq_rlin_out proj[] = {
+            {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
+        epyq_rlin_run_many(m, proj, 4, &act);
         for (int32_t grp = 0; grp < p->n_groups; grp++) {
             const int32_t *toks = p->grp_tok + p->grp_off[grp];
             int32_t n = p->grp_off[grp + 1] - p->grp_off[grp];

@@ -2,7 +2,10 @@
  *
  * int4 linears are packed once for the kernels; 16/32-bit ones become bf16 [n][k] (exact for
  * BF16 checkpoints). A GEMM is split into tasks of whole 16-row tiles over the model's pool;
- * each task writes its own output rows, so results do not depend on the thread count. */
+ * each task writes its own output rows, so results do not depend on the thread count. The
+ * projections that read one activation (q/k/v, DeltaNet's qkv/z/b/a, router and shared-expert
+ * gate) share one pool run: one hand-off instead of several, and no thread idles while
+ * another runs a matrix too small to split. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,31 +44,57 @@ void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t
     else m->kt->bf16_gemm(l->bf16, l->k, n0, n1, a, y, ldy);
 }
 
+/* Tasks of one GEMM: whole 16-row tiles, ~4 per thread to balance uneven cores; small
+ * matrices are not worth a hand-off (one task). */
+static int32_t gemm_chunk(const epyq_model *m, const epyq_rlin *l, const epyq_act *a) {
+    int64_t work = (int64_t)l->n * l->k * a->m;
+    int32_t tasks = work < (1 << 17) || m->n_threads <= 1 ? 1 : 4 * m->n_threads;
+    int32_t chunk = (l->n + tasks - 1) / tasks;
+    return (chunk + 15) / 16 * 16;
+}
+
 typedef struct {
     const epyq_model *m;
-    const epyq_rlin *l;
+    const epyq_rlin_out *outs;
+    const int32_t *first;   /* [n + 1] first task of each output */
+    const int32_t *chunk;   /* [n] rows per task */
+    int32_t n;
     const epyq_act *a;
-    float *y;
-    int32_t ldy, chunk;
 } gemm_job;
 
 static void gemm_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     const gemm_job *j = ctx;
-    int32_t n0 = task * j->chunk, n1 = n0 + j->chunk < j->l->n ? n0 + j->chunk : j->l->n;
-    epyq_rlin_rows(j->m, j->l, n0, n1, j->a, j->y, j->ldy);
+    int32_t i = 0;
+    while (task >= j->first[i + 1]) i++; /* a handful of outputs: linear search */
+    const epyq_rlin *l = j->outs[i].l;
+    int32_t n0 = (task - j->first[i]) * j->chunk[i], n1 = n0 + j->chunk[i] < l->n ? n0 + j->chunk[i] : l->n;
+    epyq_rlin_rows(j->m, l, n0, n1, j->a, j->outs[i].y, j->outs[i].ldy);
+}
+
+void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
+    enum { MAX_OUTS = 8 };
+    int32_t first[MAX_OUTS + 1], chunk[MAX_OUTS];
+    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
+        int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
+        first[0] = 0;
+        for (int32_t i = 0; i < c; i++) {
+            chunk[i] = gemm_chunk(m, outs[i0 + i].l, a);
+            first[i + 1] = first[i] + (outs[i0 + i].l->n + chunk[i] - 1) / chunk[i];
+        }
+        gemm_job j = {m, outs + i0, first, chunk, c, a};
+        if (first[c] <= 1 || !m->pool) {
+            for (int32_t i = 0; i < c; i++)
+                epyq_rlin_rows(m, outs[i0 + i].l, 0, outs[i0 + i].l->n, a, outs[i0 + i].y, outs[i0 + i].ldy);
+        } else {
+            epyq_pool_run(m->pool, gemm_task, &j, first[c]);
+        }
+    }
 }
 
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy) {
-    /* ~4 tasks per thread balance uneven cores; small matrices are not worth a hand-off */
-    int64_t work = (int64_t)l->n * l->k * a->m;
-    int32_t tasks = work < (1 << 17) || m->n_threads <= 1 ? 1 : 4 * m->n_threads;
-    int32_t chunk = (l->n + tasks - 1) / tasks;
-    chunk = (chunk + 15) / 16 * 16; /* whole tiles of the packed layout */
-    gemm_job j = {m, l, a, y, ldy, chunk};
-    int32_t n_tasks = (l->n + chunk - 1) / chunk;
-    if (n_tasks <= 1 || !m->pool) epyq_rlin_rows(m, l, 0, l->n, a, y, ldy);
-    else epyq_pool_run(m->pool, gemm_task, &j, n_tasks);
+    epyq_rlin_out o = {l, y, ldy};
+    epyq_rlin_run_many(m, &o, 1, a);
 }
 
 epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,

@@ -209,6 +209,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     m->path = o.path;
     m->f32_act = o.f32_act;
     m->gdn_chunk_min = o.gdn_chunk_min;
+    m->moe_split = true;
     m->kt = o.kernels ? o.kernels : epyq_kern();
     epyq_bind_opts bo = {.skip_mtp = o.skip_mtp};
     epyq_status st = epyq_weights_bind(&m->w, dir, &bo, err);
@@ -239,6 +240,7 @@ bool epyq_model_has_mtp(const epyq_model *m) { return m->has_mtp; }
 int32_t epyq_model_threads(const epyq_model *m) { return m->n_threads; }
 void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) { m->gdn_chunk_min = min_tokens; }
+void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
 
 uint64_t epyq_model_active_bytes(const epyq_model *m) {
     uint64_t b = epyq_rlin_bytes(&m->lm_head);

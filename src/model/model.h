@@ -77,6 +77,9 @@ int32_t epyq_model_threads(const epyq_model *m); /* pool size, caller included *
 /* Change the numeric path / chunk threshold of a loaded model (tests, --path). */
 void epyq_model_set_path(epyq_model *m, epyq_numpath path);
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens);
+/* Small batches run each int4 expert in pieces spread over the pool (the default) or whole, one
+ * expert per task; the logits are the same bits either way (tests, benchmarks). */
+void epyq_model_set_moe_split(epyq_model *m, bool on);
 /* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
  * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
 uint64_t epyq_model_active_bytes(const epyq_model *m);

@@ -56,6 +56,7 @@ struct epyq_model {
     int32_t n_threads;
     epyq_numpath path;
     int32_t gdn_chunk_min;
+    bool moe_split;             /* small batches spread each expert over the pool (moe.c) */
     bool f32_act;               /* every 16-bit linear runs bf16_gemm_f32 */
     int32_t gs;                 /* group size of the int4 linears (0: none) */
     /* dimensions */
@@ -106,6 +107,13 @@ epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int
                      void **buf, epyq_err *err);
 /* y [m][ldy] (columns [0, l->n)) = l · x for every row of the prepared act. */
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy);
+/* Several linears over the same act in one pool run: outs[i].y = outs[i].l · x. */
+typedef struct {
+    const epyq_rlin *l;
+    float *y;
+    int32_t ldy;
+} epyq_rlin_out;
+void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a);
 /* Single-threaded, rows [n0, n1) (inside pool tasks). */
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1, const epyq_act *a,
                float *y, int32_t ldy);

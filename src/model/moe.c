@@ -4,7 +4,13 @@
  * token visits), each expert runs once over its tokens in chunks of at most MOE_CHUNK rows, and
  * every (token, top-k slot) result lands in its own row; a token's outputs are then summed in
  * its top-k order, shared expert last. So a token's result does not depend on which other
- * tokens share its batch, how they were chunked, or the thread count. */
+ * tokens share its batch, how they were chunked, or the thread count.
+ *
+ * A small batch has too few whole-expert tasks to share out evenly: one token's 8 routed
+ * experts and the shared one are 9 equal tasks, 5 for one thread and 4 for the other with 2
+ * threads. Then every expert runs in two pool runs of p pieces each (split_pieces): gate/up
+ * by intermediate rows, then down by output rows. The kernels promise that the two phases
+ * give w4_expert's bits (kern.h), so the results are those of the whole-expert tasks. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -30,7 +36,47 @@ typedef struct {
     const moe_task_t *tasks;
     float *ys;               /* [T][topk + 1][H] */
     atomic_int failed;
+    /* split mode only (pieces > 1) */
+    int32_t pieces;          /* pieces per expert phase */
+    int32_t ld_h;            /* floats per entry of h: the widest expert's intermediate size */
+    float *h;                /* [entries][ld_h] silu(gate x) * up x, in entry order */
+    float *ye;               /* [entries][H] expert outputs, in entry order */
 } moe_job;
+
+static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, const epyq_rlin **up,
+                        const epyq_rlin **down) {
+    bool shared = e == j->m->E;
+    *gate = shared ? &j->mw->sh_gate : &j->mw->gate[e];
+    *up = shared ? &j->mw->sh_up : &j->mw->up[e];
+    *down = shared ? &j->mw->sh_down : &j->mw->down[e];
+}
+
+/* int8 activations only in the routed experts (see epyq_model_opts.path) */
+static epyq_numpath expert_path(const moe_job *j, int32_t e) {
+    return e == j->m->E ? EPYQ_PATH_A16 : j->m->path;
+}
+
+/* Rows [r0, r1) of piece `piece` of n rows in p pieces, whole 16-row tiles. */
+static void piece_rows(int32_t n, int32_t piece, int32_t p, int32_t *r0, int32_t *r1) {
+    int32_t tiles = (n + 15) / 16;
+    *r0 = tiles * piece / p * 16;
+    *r1 = tiles * (piece + 1) / p * 16;
+    if (*r1 > n) *r1 = n;
+}
+
+/* Gathered, prepared input rows of a task: xg [n][H] and its activation (abuf owned). */
+static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, float *xg,
+                       epyq_act *xa, void **abuf) {
+    const epyq_model *m = j->m;
+    int32_t H = m->H;
+    for (int32_t r = 0; r < n; r++)
+        memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+    *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
+    *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
+    if (!*abuf) return false;
+    m->kt->act_prep(xa, xg, n, H, m->gs, path, *abuf);
+    return true;
+}
 
 /* down(silu(gate x) * up x) * rw over n gathered rows, dense bf16 weights */
 static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_rlin *up,
@@ -58,38 +104,87 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     moe_job *j = ctx;
     const epyq_model *m = j->m;
     const moe_task_t *tk = &j->tasks[task];
-    const epyq_moe_rw *mw = j->mw;
-    bool shared = tk->e == m->E;
-    const epyq_rlin *gate = shared ? &mw->sh_gate : &mw->gate[tk->e];
-    const epyq_rlin *up = shared ? &mw->sh_up : &mw->up[tk->e];
-    const epyq_rlin *down = shared ? &mw->sh_down : &mw->down[tk->e];
+    const epyq_rlin *gate, *up, *down;
+    expert_lins(j, tk->e, &gate, &up, &down);
     int32_t n = tk->n, H = m->H, base = j->e_off[tk->e] + tk->off;
     float *xg = malloc((size_t)n * H * sizeof(float)), *y = malloc((size_t)n * H * sizeof(float));
     float rw[MOE_CHUNK];
     void *abuf = NULL, *scratch = NULL;
     bool ok = xg && y;
-    for (int32_t r = 0; ok && r < n; r++) {
-        memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
-        rw[r] = j->ent_w[base + r];
-    }
-    /* int8 activations only in the routed experts (see epyq_model_opts.path) */
-    epyq_numpath path = shared ? EPYQ_PATH_A16 : m->path;
-    epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
+    for (int32_t r = 0; ok && r < n; r++) rw[r] = j->ent_w[base + r];
+    epyq_act xa;
     if (ok && gate->q4) {
-        abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
-        scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1);
-        ok = abuf && scratch;
-        if (ok) {
-            m->kt->act_prep(&xa, xg, n, H, m->gs, path, abuf);
-            m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
-        }
+        ok = task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
+        scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1) : NULL;
+        ok = ok && scratch;
+        if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
+        for (int32_t r = 0; r < n; r++)
+            memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+        xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
         ok = dense_expert(m, gate, up, down, &xa, rw, n, y);
     }
     for (int32_t r = 0; ok && r < n; r++)
         memcpy(j->ys + (size_t)j->ent_row[base + r] * H, y + (size_t)r * H, (size_t)H * sizeof(float));
     if (!ok) atomic_store(&j->failed, 1);
     free(xg), free(y), free(abuf), free(scratch);
+}
+
+/* Split mode, phase 1: rows of one piece of an expert's h. */
+static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    moe_job *j = ctx;
+    const epyq_model *m = j->m;
+    const moe_task_t *tk = &j->tasks[task / j->pieces];
+    const epyq_rlin *gate, *up, *down;
+    expert_lins(j, tk->e, &gate, &up, &down);
+    int32_t n = tk->n, base = j->e_off[tk->e] + tk->off, i0, i1;
+    piece_rows(gate->n, task % j->pieces, j->pieces, &i0, &i1);
+    float *xg = malloc((size_t)n * m->H * sizeof(float));
+    void *abuf = NULL, *scratch = NULL;
+    epyq_act xa;
+    bool ok = xg && task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
+    scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, m->H), 1) : NULL;
+    if (ok && scratch && i1 > i0)
+        m->kt->w4_expert_gu(&gate->w4, &up->w4, i0, i1, &xa, j->h + (size_t)base * j->ld_h + i0, gate->n,
+                            scratch);
+    if (!ok || !scratch) atomic_store(&j->failed, 1);
+    free(xg), free(abuf), free(scratch);
+}
+
+/* Split mode, phase 2: output rows of one piece of an expert's down projection. */
+static void moe_down_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    moe_job *j = ctx;
+    const epyq_model *m = j->m;
+    const moe_task_t *tk = &j->tasks[task / j->pieces];
+    const epyq_rlin *gate, *up, *down;
+    expert_lins(j, tk->e, &gate, &up, &down);
+    int32_t n = tk->n, base = j->e_off[tk->e] + tk->off, n0, n1;
+    piece_rows(down->n, task % j->pieces, j->pieces, &n0, &n1);
+    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, m->H), 1);
+    if (scratch)
+        m->kt->w4_expert_down(&down->w4, n0, n1, 0, gate->n, j->h + (size_t)base * j->ld_h, n,
+                              expert_path(j, tk->e), j->ent_w + base, j->ye + (size_t)base * m->H, m->H,
+                              scratch);
+    else
+        atomic_store(&j->failed, 1);
+    free(scratch);
+}
+
+/* Pieces per expert phase for n_tasks equal whole-expert tasks on P threads: the p in 1..8
+ * with the shortest makespan, ceil(n p / P) / p whole-expert times (fewest pieces on a tie),
+ * if it saves at least 5% (the split costs a second hand-off); 1 for more than 8 P tasks,
+ * which even out by themselves. 9 tasks on 2 threads: 2 pieces, 4.5 instead of 5. */
+static int32_t split_pieces(int32_t n_tasks, int32_t P) {
+    if (P <= 1 || n_tasks <= 0 || n_tasks > 8 * P) return 1;
+    int32_t best = 1;
+    for (int32_t p = 2; p <= 8; p++) {
+        int64_t rp = ((int64_t)n_tasks * p + P - 1) / P, rb = ((int64_t)n_tasks * best + P - 1) / P;
+        if (rp * best < rb * p) best = p; /* rp / p < rb / best */
+    }
+    int64_t whole = ((int64_t)n_tasks + P - 1) / P, split = ((int64_t)n_tasks * best + P - 1) / P;
+    return split * 100 <= whole * best * 95 ? best : 1;
 }
 
 /* softmax over E, top-k by probability (ties to the lower id), renormalised */
@@ -132,8 +227,8 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "MoE over %d tokens: out of memory", T);
     if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, H, &act, &abuf, err);
     if (st == EPYQ_OK) {
-        epyq_rlin_run(m, &mw->router, &act, logit, E);
-        epyq_rlin_run(m, &mw->sh_expert_gate, &act, sg, 1);
+        const epyq_rlin_out gates[] = {{&mw->router, logit, E}, {&mw->sh_expert_gate, sg, 1}};
+        epyq_rlin_run_many(m, gates, 2, &act);
         for (int32_t t = 0; t < T; t++) {
             route(logit + (size_t)t * E, E, K, sel + (size_t)t * K, wt + (size_t)t * K);
             sg[t] = 1.0f / (1.0f + expf(-sg[t]));
@@ -164,8 +259,26 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                     int32_t n = e_off[e + 1] - e_off[e] - off;
                     tasks[nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
                 }
-            moe_job j = {m, mw, x, ent_tok, ent_row, ent_w, e_off, tasks, ys, 0};
-            epyq_pool_run(m->pool, moe_task, &j, nt);
+            moe_job j = {m, mw, x, ent_tok, ent_row, ent_w, e_off, tasks, ys, 0, 1, 0, NULL, NULL};
+            bool q4 = mw->sh_gate.q4 && (numa_layer >= 0 || mw->gate[0].q4);
+            j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
+            if (j.pieces > 1) {
+                j.ld_h = m->I > m->Is ? m->I : m->Is;
+                j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
+                j.ye = epyq_model_alloc(n_ent * (size_t)H, sizeof(float));
+                if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
+            }
+            if (j.pieces > 1) {
+                epyq_pool_run(m->pool, moe_gu_task, &j, nt * j.pieces);
+                if (!atomic_load(&j.failed)) epyq_pool_run(m->pool, moe_down_task, &j, nt * j.pieces);
+                for (int32_t t = 0; t < nt && !atomic_load(&j.failed); t++)
+                    for (int32_t r = 0, base = e_off[tasks[t].e] + tasks[t].off; r < tasks[t].n; r++)
+                        memcpy(ys + (size_t)ent_row[base + r] * H, j.ye + (size_t)(base + r) * H,
+                               (size_t)H * sizeof(float));
+            } else {
+                epyq_pool_run(m->pool, moe_task, &j, nt);
+            }
+            free(j.h), free(j.ye);
             if (atomic_load(&j.failed)) st = epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
             /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
             if (st == EPYQ_OK && numa_layer >= 0)

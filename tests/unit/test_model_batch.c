@@ -3,7 +3,9 @@
  *   - a sequence alone vs the same sequence inside batches with four others (prefill chunks and
  *     decode steps mixed, its tokens interleaved with theirs): bit-identical logits with the
  *     ref kernels and with this host's SIMD kernels;
- *   - 1 thread vs 2 threads: bit-identical;
+ *   - 1 thread vs 2 threads: bit-identical (with 2 threads a decode step spreads each expert
+ *     over both, src/model/moe.c split mode; with 1 it runs whole), and with 2 threads the
+ *     split mode on vs off: bit-identical;
  *   - context: a batch past a sequence's context is refused with nothing changed;
  *   - fp8 e4m3 KV cache vs bf16: same distributions within the fixtures' bf16 criteria. */
 #include <check.h>
@@ -137,6 +139,18 @@ START_TEST(test_threads_identical) {
 }
 END_TEST
 
+START_TEST(test_moe_split_identical) {
+    epyq_model *m = load(2, EPYQ_PATH_A8);
+    const int V = epyq_model_config(m)->vocab_size;
+    float *on = run_alone(m, EPYQ_KV_BF16);
+    epyq_model_set_moe_split(m, false);
+    float *off = run_alone(m, EPYQ_KV_BF16);
+    ck_assert(memcmp(on, off, (size_t)4 * V * sizeof(float)) == 0);
+    free(on), free(off);
+    epyq_model_free(m);
+}
+END_TEST
+
 START_TEST(test_context_refusal) {
     epyq_model *m = load(1, EPYQ_PATH_A16);
     epyq_err err = {0};
@@ -194,6 +208,7 @@ int main(void) {
     /* EPYQ_FAST (sanitizer runs): skip the slow ref-kernel variants */
     tcase_add_loop_test(tc, test_alone_vs_batch, 0, getenv("EPYQ_FAST") ? 2 : 4);
     tcase_add_test(tc, test_threads_identical);
+    tcase_add_test(tc, test_moe_split_identical);
     tcase_add_test(tc, test_context_refusal);
     tcase_add_test(tc, test_fp8_kv);
     suite_add_tcase(s, tc);
