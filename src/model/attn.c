@@ -49,6 +49,12 @@ static void attn_task(void *ctx, int32_t task, int32_t worker) {
     const float *q = j->qg + ((size_t)t * m->nq + (size_t)kvh * group) * 2 * hd;
     float *o = j->o + ((size_t)t * m->nq + (size_t)kvh * group) * hd;
     m->kt->attn_bf16_multi(q, group, 2 * hd, k, v, n, hd, stride, 1.0f / sqrtf((float)hd), o, hd);
+    /* sigmoid output gate of this group's heads, here so the pool shares it */
+    for (int32_t h = 0; h < group; h++) {
+        const float *g = q + (size_t)h * 2 * hd + hd;
+        float *oh = o + (size_t)h * hd;
+        for (int32_t i = 0; i < hd; i++) oh[i] *= 1.0f / (1.0f + expf(-g[i]));
+    }
 }
 
 epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
@@ -97,13 +103,6 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     if (st == EPYQ_OK) {
         attn_job j = {m, ly, p, qg, o, tmp};
         epyq_pool_run(m->pool, attn_task, &j, T * m->nkv);
-        /* sigmoid output gate, same head-major layout as o */
-        for (int32_t t = 0; t < T; t++)
-            for (int32_t h = 0; h < m->nq; h++) {
-                const float *g = qg + (size_t)t * qd + (size_t)h * 2 * hd + hd;
-                float *oh = o + ((size_t)t * m->nq + h) * hd;
-                for (int32_t i = 0; i < hd; i++) oh[i] *= 1.0f / (1.0f + expf(-g[i]));
-            }
         st = epyq_rlin_act(m, o, T, m->nq * hd, &oact, &obuf, err);
     }
     if (st == EPYQ_OK) epyq_rlin_run(m, &a->o, &oact, out, m->H);

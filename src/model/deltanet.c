@@ -142,8 +142,26 @@ typedef struct {
     const float *g;      /* [T][Hv] log decay */
     const float *beta;   /* [T][Hv] */
     float *o;            /* [T][Hv*Dv] */
+    const float *z;      /* [T][Hv*Dv] output gate input */
     bool *chunked;       /* [n_groups] */
 } gdn_job;
+
+/* Plain gated RMSNorm of one value head of one token, in place: n(o) * w * silu(z). In the
+ * head's task, so the pool runs it in parallel rather than the caller alone afterwards. */
+static void gated_norm(const epyq_model *m, const float *w, float *oh, const float *zh) {
+    int32_t Dv = m->Dv;
+    double ss = 0.0;
+    for (int32_t i = 0; i < Dv; i++) ss += (double)oh[i] * oh[i];
+    float inv = (float)(1.0 / sqrt(ss / Dv + m->eps));
+    for (int32_t i = 0; i < Dv; i++) oh[i] = oh[i] * inv * w[i] * siluf_(zh[i]);
+}
+
+static void gated_norm_rows(const gdn_job *j, const int32_t *toks, int32_t n, int32_t vh) {
+    const epyq_model *m = j->m;
+    size_t vd = (size_t)m->Hv * m->Dv, off = (size_t)vh * m->Dv;
+    for (int32_t i = 0; i < n; i++)
+        gated_norm(m, j->ly->g.norm, j->o + (size_t)toks[i] * vd + off, j->z + (size_t)toks[i] * vd + off);
+}
 
 /* One (sequence, value head): the delta rule over that sequence's tokens in order. */
 static void gdn_task(void *ctx, int32_t task, int32_t worker) {
@@ -177,6 +195,7 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
                 memcpy(j->o + (size_t)toks[i] * Hv * m->Dv + (size_t)vh * m->Dv, o + (size_t)i * m->Dv,
                        (size_t)m->Dv * sizeof(float));
             free(buf);
+            gated_norm_rows(j, toks, n, vh);
             return;
         }
         /* out of memory for the gather: fall through to the recurrent form (same result) */
@@ -188,6 +207,7 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
                         ut + (size_t)kh * m->Dk, expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh],
                         m->Dk, m->Dv, j->o + (size_t)t * Hv * m->Dv + (size_t)vh * m->Dv);
     }
+    gated_norm_rows(j, toks, n, vh);
 }
 
 /* Causal depthwise conv + SiLU for one sequence's tokens, in order; the state keeps raw inputs. */
@@ -246,18 +266,8 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
                     gw->neg_exp_A[h] * softplusf_(ba[(size_t)t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
             }
         }
-        gdn_job j = {m, ly, p, u, gl, beta, o, chunked};
+        gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked};
         epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
-        /* plain gated RMSNorm per value head: n(o) * w * silu(z) */
-        for (int32_t t = 0; t < T; t++)
-            for (int32_t h = 0; h < Hv; h++) {
-                float *oh = o + (size_t)t * vd + (size_t)h * Dv;
-                const float *zh = z + (size_t)t * vd + (size_t)h * Dv;
-                double ss = 0.0;
-                for (int32_t i = 0; i < Dv; i++) ss += (double)oh[i] * oh[i];
-                float inv = (float)(1.0 / sqrt(ss / Dv + m->eps));
-                for (int32_t i = 0; i < Dv; i++) oh[i] = oh[i] * inv * gw->norm[i] * siluf_(zh[i]);
-            }
         st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
     }
     if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->H);
