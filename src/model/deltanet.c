@@ -210,13 +210,14 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
     gated_norm_rows(j, toks, n, vh);
 }
 
-/* Causal depthwise conv + SiLU for one sequence's tokens, in order; the state keeps raw inputs. */
-static void conv_group(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
-                       int32_t n, float *u) {
+/* Causal depthwise conv + SiLU of channels [c0, c1) for one sequence's tokens, in order; the
+ * state keeps raw inputs. */
+static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
+                       int32_t n, float *u, int32_t c0, int32_t c1) {
     int32_t cd = m->conv_dim, Kc = m->Kc;
     for (int32_t i = 0; i < n; i++) {
         float *ut = u + (size_t)toks[i] * cd;
-        for (int32_t c = 0; c < cd; c++) {
+        for (int32_t c = c0; c < c1; c++) {
             const float *w = g->conv + (size_t)c * Kc;
             float raw = ut[c], s = w[Kc - 1] * raw;
             for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * state[(size_t)r * cd + c];
@@ -227,10 +228,49 @@ static void conv_group(const epyq_model *m, const epyq_gdn_rw *g, float *state, 
     }
 }
 
+typedef struct {
+    const epyq_model *m;
+    const epyq_layer_rw *ly;
+    const epyq_batch_plan *p;
+    float *u;            /* [T][conv_dim] projections in, conv output out */
+    const float *ba;     /* [T][2 Hv] b | a */
+    float *g, *beta;     /* [T][Hv] */
+} prep_job;
+
+/* One (sequence, key head): conv + SiLU of its q, k and value-head channels, q/k L2 norms and
+ * the decay and beta gates of its value heads. Channels and heads are disjoint between tasks,
+ * so the pool shares what the caller used to do alone (8192 SiLUs per token and layer). */
+static void prep_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const prep_job *j = ctx;
+    const epyq_model *m = j->m;
+    const epyq_gdn_rw *gw = &j->ly->g;
+    int32_t grp = task / m->Hk, kh = task % m->Hk, r = m->Hv / m->Hk, Hv = m->Hv;
+    int32_t key_dim = m->Hk * m->Dk, cd = m->conv_dim;
+    const int32_t *toks = j->p->grp_tok + j->p->grp_off[grp];
+    int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
+    float *state = j->p->seq[toks[0]]->conv + (size_t)j->ly->slot * (m->Kc - 1) * cd;
+    int32_t q0 = kh * m->Dk, k0 = key_dim + kh * m->Dk, v0 = 2 * key_dim + kh * r * m->Dv;
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv);
+    float qscale = 1.0f / sqrtf((float)m->Dk);
+    for (int32_t i = 0; i < n; i++) {
+        size_t t = (size_t)toks[i];
+        float *ut = j->u + t * cd;
+        l2norm_scale(ut + q0, m->Dk, qscale);
+        l2norm_scale(ut + k0, m->Dk, 1.0f);
+        for (int32_t h = kh * r; h < (kh + 1) * r; h++) {
+            j->beta[t * Hv + h] = sigmoidf_(j->ba[t * 2 * Hv + h]);
+            j->g[t * Hv + h] = gw->neg_exp_A[h] * softplusf_(j->ba[t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
+        }
+    }
+}
+
 epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                            const float *x, float *out, epyq_err *err) {
     const epyq_gdn_rw *gw = &ly->g;
-    int32_t T = p->T, cd = m->conv_dim, Hv = m->Hv, Dv = m->Dv, vd = Hv * Dv, key_dim = m->Hk * m->Dk;
+    int32_t T = p->T, cd = m->conv_dim, Hv = m->Hv, Dv = m->Dv, vd = Hv * Dv;
     float *u = epyq_model_alloc((size_t)T * cd, sizeof(float));
     float *z = epyq_model_alloc((size_t)T * vd, sizeof(float));
     float *o = epyq_model_alloc((size_t)T * vd, sizeof(float));
@@ -246,26 +286,10 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
         const epyq_rlin_out proj[] = {
             {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
         epyq_rlin_run_many(m, proj, 4, &act);
-        for (int32_t grp = 0; grp < p->n_groups; grp++) {
-            const int32_t *toks = p->grp_tok + p->grp_off[grp];
-            int32_t n = p->grp_off[grp + 1] - p->grp_off[grp];
-            float *state = p->seq[toks[0]]->conv + (size_t)ly->slot * (m->Kc - 1) * cd;
-            conv_group(m, gw, state, toks, n, u);
-            chunked[grp] = m->gdn_chunk_min > 0 && n >= m->gdn_chunk_min;
-        }
-        float qscale = 1.0f / sqrtf((float)m->Dk);
-        for (int32_t t = 0; t < T; t++) {
-            float *ut = u + (size_t)t * cd;
-            for (int32_t h = 0; h < m->Hk; h++) {
-                l2norm_scale(ut + (size_t)h * m->Dk, m->Dk, qscale);
-                l2norm_scale(ut + key_dim + (size_t)h * m->Dk, m->Dk, 1.0f);
-            }
-            for (int32_t h = 0; h < Hv; h++) {
-                beta[(size_t)t * Hv + h] = sigmoidf_(ba[(size_t)t * 2 * Hv + h]);
-                gl[(size_t)t * Hv + h] =
-                    gw->neg_exp_A[h] * softplusf_(ba[(size_t)t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
-            }
-        }
+        for (int32_t grp = 0; grp < p->n_groups; grp++)
+            chunked[grp] = m->gdn_chunk_min > 0 && p->grp_off[grp + 1] - p->grp_off[grp] >= m->gdn_chunk_min;
+        prep_job pj = {m, ly, p, u, ba, gl, beta};
+        epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->Hk);
         gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked};
         epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
         st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
