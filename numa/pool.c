@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #define CACHE_LINE 64
-#define DEFAULT_SPIN_US 100
+#define DEFAULT_SPIN_US 2000 /* see pool.h */
 
 typedef struct {
     epyq_pool *pool;

@@ -370,7 +370,7 @@ START_TEST(test_idle_pool_sleeps) {
         epyq_pool_run(p0, series_task, out, 64);
         epyq_pool_run(p1, series_task, out, 8);
     }
-    /* Past the spin budget (100 us by default) every worker must be asleep in the kernel. */
+    /* Past the spin budget (2 ms by default) every worker must be asleep in the kernel. */
     usleep(50 * 1000);
     task_stat a[64], b[64];
     int na = read_tasks(a, 64);
