@@ -51,6 +51,28 @@ size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k);
                                    int32_t i1, const float *h, int32_t m, epyq_numpath path,     \
                                    const float *rw, float *y, int32_t ldy, void *scratch)
 
+/* Defines the table entries of one ISA suffix over its cores (one line per ISA file). */
+#define EPYQ_DEFINE_W4(sfx, cores)                                                               \
+    void epyq_w4_gemm_##sfx(const epyq_w4 *w, int32_t n0, int32_t n1, const epyq_act *x,        \
+                            float *y, int32_t ldy) {                                             \
+        epyq_w4_gemm_with(&(cores), w, n0, n1, x, y, ldy);                                       \
+    }                                                                                            \
+    void epyq_w4_expert_##sfx(const epyq_w4 *gate, const epyq_w4 *up, const epyq_w4 *down,      \
+                              int32_t i0, int32_t i1, const epyq_act *x, const float *rw,       \
+                              float *y, int32_t ldy, void *scratch) {                           \
+        epyq_w4_expert_with(&(cores), gate, up, down, i0, i1, x, rw, y, ldy, scratch);           \
+    }                                                                                            \
+    void epyq_w4_expert_gu_##sfx(const epyq_w4 *gate, const epyq_w4 *up, int32_t i0, int32_t i1, \
+                                 const epyq_act *x, float *h, int32_t ldh, void *scratch) {      \
+        epyq_w4_expert_gu_with(&(cores), gate, up, i0, i1, x, h, ldh, scratch);                  \
+    }                                                                                            \
+    void epyq_w4_expert_down_##sfx(const epyq_w4 *down, int32_t n0, int32_t n1, int32_t i0,      \
+                                   int32_t i1, const float *h, int32_t m, epyq_numpath path,     \
+                                   const float *rw, float *y, int32_t ldy, void *scratch) {      \
+        epyq_w4_expert_down_with(&(cores), down, n0, n1, i0, i1, h, m, path, rw, y, ldy,         \
+                                 scratch);                                                       \
+    }
+
 /* ref: plain C (kernels-x86/ref/w4_ref.c) and the activation preparation (w4_act.c): one
  * rounding rule that every table must follow to the bit (the SIMD preparation repeats its
  * operations exactly). */

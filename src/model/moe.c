@@ -130,26 +130,39 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     free(xg), free(y), free(abuf), free(scratch);
 }
 
+/* Split mode: what task `task` of a phase works on — its expert's linears, tokens and entry
+ * offset, and the piece's rows [r0, r1) of `rows_of_down ? down : gate` rows. */
+typedef struct {
+    const moe_task_t *tk;
+    const epyq_rlin *gate, *up, *down;
+    int32_t n, base, r0, r1;
+    void *scratch; /* w4_expert_scratch_bytes(n, gate->n, H); NULL when out of memory */
+} piece_t;
+
+static piece_t piece_of(const moe_job *j, int32_t task, bool rows_of_down) {
+    piece_t pc = {.tk = &j->tasks[task / j->pieces]};
+    expert_lins(j, pc.tk->e, &pc.gate, &pc.up, &pc.down);
+    pc.n = pc.tk->n, pc.base = j->e_off[pc.tk->e] + pc.tk->off;
+    piece_rows(rows_of_down ? pc.down->n : pc.gate->n, task % j->pieces, j->pieces, &pc.r0, &pc.r1);
+    pc.scratch = epyq_model_alloc(j->m->kt->w4_expert_scratch_bytes(pc.n, pc.gate->n, j->m->H), 1);
+    return pc;
+}
+
 /* Split mode, phase 1: rows of one piece of an expert's h. */
 static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     moe_job *j = ctx;
     const epyq_model *m = j->m;
-    const moe_task_t *tk = &j->tasks[task / j->pieces];
-    const epyq_rlin *gate, *up, *down;
-    expert_lins(j, tk->e, &gate, &up, &down);
-    int32_t n = tk->n, base = j->e_off[tk->e] + tk->off, i0, i1;
-    piece_rows(gate->n, task % j->pieces, j->pieces, &i0, &i1);
-    float *xg = malloc((size_t)n * m->H * sizeof(float));
-    void *abuf = NULL, *scratch = NULL;
+    piece_t pc = piece_of(j, task, false);
+    float *xg = malloc((size_t)pc.n * m->H * sizeof(float));
+    void *abuf = NULL;
     epyq_act xa;
-    bool ok = xg && task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
-    scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, m->H), 1) : NULL;
-    if (ok && scratch && i1 > i0)
-        m->kt->w4_expert_gu(&gate->w4, &up->w4, i0, i1, &xa, j->h + (size_t)base * j->ld_h + i0, gate->n,
-                            scratch);
-    if (!ok || !scratch) atomic_store(&j->failed, 1);
-    free(xg), free(abuf), free(scratch);
+    bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), xg, &xa, &abuf);
+    if (ok && pc.r1 > pc.r0)
+        m->kt->w4_expert_gu(&pc.gate->w4, &pc.up->w4, pc.r0, pc.r1, &xa,
+                            j->h + (size_t)pc.base * j->ld_h + pc.r0, pc.gate->n, pc.scratch);
+    if (!ok) atomic_store(&j->failed, 1);
+    free(xg), free(abuf), free(pc.scratch);
 }
 
 /* Split mode, phase 2: output rows of one piece of an expert's down projection. */
@@ -157,19 +170,14 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     moe_job *j = ctx;
     const epyq_model *m = j->m;
-    const moe_task_t *tk = &j->tasks[task / j->pieces];
-    const epyq_rlin *gate, *up, *down;
-    expert_lins(j, tk->e, &gate, &up, &down);
-    int32_t n = tk->n, base = j->e_off[tk->e] + tk->off, n0, n1;
-    piece_rows(down->n, task % j->pieces, j->pieces, &n0, &n1);
-    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, m->H), 1);
-    if (scratch)
-        m->kt->w4_expert_down(&down->w4, n0, n1, 0, gate->n, j->h + (size_t)base * j->ld_h, n,
-                              expert_path(j, tk->e), j->ent_w + base, j->ye + (size_t)base * m->H, m->H,
-                              scratch);
+    piece_t pc = piece_of(j, task, true);
+    if (pc.scratch)
+        m->kt->w4_expert_down(&pc.down->w4, pc.r0, pc.r1, 0, pc.gate->n, j->h + (size_t)pc.base * j->ld_h, pc.n,
+                              expert_path(j, pc.tk->e), j->ent_w + pc.base, j->ye + (size_t)pc.base * m->H, m->H,
+                              pc.scratch);
     else
         atomic_store(&j->failed, 1);
-    free(scratch);
+    free(pc.scratch);
 }
 
 /* Pieces per expert phase for n_tasks equal whole-expert tasks on P threads: the p in 1..8
