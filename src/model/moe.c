@@ -64,13 +64,19 @@ static void piece_rows(int32_t n, int32_t piece, int32_t p, int32_t *r0, int32_t
     if (*r1 > n) *r1 = n;
 }
 
+/* The input rows of a task's entries [base, base + n): xg [n][H]. */
+static void gather_rows(const moe_job *j, int32_t base, int32_t n, float *xg) {
+    int32_t H = j->m->H;
+    for (int32_t r = 0; r < n; r++)
+        memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+}
+
 /* Gathered, prepared input rows of a task: xg [n][H] and its activation (abuf owned). */
 static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, float *xg,
                        epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
     int32_t H = m->H;
-    for (int32_t r = 0; r < n; r++)
-        memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+    gather_rows(j, base, n, xg);
     *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
     *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
     if (!*abuf) return false;
@@ -108,10 +114,9 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     expert_lins(j, tk->e, &gate, &up, &down);
     int32_t n = tk->n, H = m->H, base = j->e_off[tk->e] + tk->off;
     float *xg = malloc((size_t)n * H * sizeof(float)), *y = malloc((size_t)n * H * sizeof(float));
-    float rw[MOE_CHUNK];
+    const float *rw = j->ent_w + base; /* routing weights of the task's entries, in order */
     void *abuf = NULL, *scratch = NULL;
     bool ok = xg && y;
-    for (int32_t r = 0; ok && r < n; r++) rw[r] = j->ent_w[base + r];
     epyq_act xa;
     if (ok && gate->q4) {
         ok = task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
@@ -119,8 +124,7 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
         ok = ok && scratch;
         if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
-        for (int32_t r = 0; r < n; r++)
-            memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+        gather_rows(j, base, n, xg);
         xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
         ok = dense_expert(m, gate, up, down, &xa, rw, n, y);
     }
@@ -267,7 +271,8 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                     int32_t n = e_off[e + 1] - e_off[e] - off;
                     tasks[nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
                 }
-            moe_job j = {m, mw, x, ent_tok, ent_row, ent_w, e_off, tasks, ys, 0, 1, 0, NULL, NULL};
+            moe_job j = {.m = m, .mw = mw, .x = x, .ent_tok = ent_tok, .ent_row = ent_row, .ent_w = ent_w,
+                         .e_off = e_off, .tasks = tasks, .ys = ys, .pieces = 1};
             bool q4 = mw->sh_gate.q4 && (numa_layer >= 0 || mw->gate[0].q4);
             j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
             if (j.pieces > 1) {
