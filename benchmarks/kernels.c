@@ -7,6 +7,7 @@
  *   w4_moe8    one MoE layer's 8 routed experts as a batch (experts split across threads)
  *   w4_gemm    DeltaNet in_proj_qkv 8192x2048 int4, and lm_head 248320x2048 int4
  *   bf16_gemm  DeltaNet in_proj_qkv 8192x2048 BF16, and lm_head 248320x2048 BF16
+ *   bf16_gemm_f32  lm_head 248320x2048 BF16 with x kept fp32 (what the model runs)
  * Every working set is many distinct weight copies totalling --ws-mib (default 512 MiB, far
  * beyond any L3), visited round-robin, so M = 1 figures are DRAM figures, not cache.
  * Threads are plain pthreads pinned one per allowed CPU; rows are split between them (experts
@@ -60,7 +61,7 @@ static void usage(FILE *f) {
             "  -m            activation rows (default 1,8,32)\n"
             "  --ws-mib      working set per row in MiB (default 512; keep it >> L3)\n"
             "  --only        only rows whose \"kernel shape\" contains KERNEL (w4_expert, w4_moe8,\n"
-            "                w4_gemm, bf16_gemm, in_proj_qkv, lm_head)\n"
+            "                w4_gemm, bf16_gemm, bf16_gemm_f32, in_proj_qkv, lm_head)\n"
             "  --path        A16 or A8: only that numeric path for the int4 rows\n");
 }
 
@@ -150,6 +151,7 @@ typedef struct row {
     /* kernel-specific state */
     epyq_w4 *w4;            /* [n_copies] int4 matrices (gemm) or [n_copies][3] (experts) */
     const uint16_t *bf16;   /* [n_copies][n][k] */
+    int bf16_f32;           /* 1: the fp32-x variant (bf16_gemm_f32) */
     int32_t n, k, n_copies;
     epyq_act x;             /* prepared activations [m][k] */
     float *y[MAX_THREADS];  /* per-thread outputs */
@@ -237,7 +239,7 @@ static void item_bf16_gemm(row *r, int tid, int item) {
     int32_t n0, n1;
     split(r->n, r->threads, tid, &n0, &n1);
     const uint16_t *w = r->bf16 + (size_t)(item % r->n_copies) * (size_t)r->n * (size_t)r->k;
-    r->kt->bf16_gemm(w, r->k, n0, n1, &r->x, r->y[0], r->n);
+    (r->bf16_f32 ? r->kt->bf16_gemm_f32 : r->kt->bf16_gemm)(w, r->k, n0, n1, &r->x, r->y[0], r->n);
 }
 
 /* One expert; threads take equal intermediate slices (whole groups) and write own y. */
@@ -362,11 +364,11 @@ static void report(const opts *o, const limits *lim, const row *r, const char *k
         snprintf(key, sizeof key, "%s %s", kernel, shape);
         if (strcmp(key, last) != 0) {
             snprintf(last, sizeof last, "%s", key);
-            printf("\n%-10s %-26s %-4s %3s %2s %10s [%9s-%9s] %7s %7s %8s %7s\n", "kernel",
+            printf("\n%-13s %-26s %-4s %3s %2s %10s [%9s-%9s] %7s %7s %8s %7s\n", "kernel",
                    "shape", "path", "m", "t", "us/item", "min", "max", "GB/s", "%read", "GOPS",
                    "%peak");
         }
-        printf("%-10s %-26s %-4s %3d %2d %10.1f [%9.1f-%9.1f] %7.2f %6.1f%% %8.1f %6.1f%%\n",
+        printf("%-13s %-26s %-4s %3d %2d %10.1f [%9.1f-%9.1f] %7.2f %6.1f%% %8.1f %6.1f%%\n",
                kernel, shape, path, r->m, r->threads, med * 1e6, tmin * 1e6, tmax * 1e6, gbps,
                pct_bw, gops, pct_peak);
     }
@@ -410,8 +412,10 @@ static void bench_gemm_w4(const opts *o, const limits *lim, const epyq_kern_tabl
     free_w4(w, (size_t)copies);
 }
 
+/* f32: time bf16_gemm_f32 (x kept fp32: the model's exact linears, lm_head among them)
+ * instead of bf16_gemm. */
 static void bench_gemm_bf16(const opts *o, const limits *lim, const epyq_kern_table *kt,
-                            const char *shape, int32_t n, int32_t k) {
+                            const char *shape, int32_t n, int32_t k, int f32) {
     const size_t one = (size_t)n * (size_t)k * 2;
     const int copies = (int)(o->ws_bytes / one > 0 ? o->ws_bytes / one : 1);
     uint16_t *w = xalloc((size_t)copies * one);
@@ -420,14 +424,14 @@ static void bench_gemm_bf16(const opts *o, const limits *lim, const epyq_kern_ta
     for (int mi = 0; mi < o->n_m; mi++)
         for (int ti = 0; ti < o->n_threads; ti++) {
             row r = {.kt = kt, .threads = o->threads[ti], .m = o->ms[mi], .reps = o->reps,
-                     .fn = item_bf16_gemm, .bf16 = w, .n = n, .k = k, .n_copies = copies,
-                     .n_items = copies};
+                     .fn = item_bf16_gemm, .bf16 = w, .bf16_f32 = f32, .n = n, .k = k,
+                     .n_copies = copies, .n_items = copies};
             void *xb;
             float *xf;
             prep_x(&r, k, EPYQ_PATH_A16, &xb, &xf);
             r.y[0] = xalloc((size_t)r.m * (size_t)n * sizeof(float));
             run_row(&r);
-            report(o, lim, &r, "bf16_gemm", shape, "bf16", (double)one, 2.0 * r.m * n * (double)k,
+            report(o, lim, &r, f32 ? "bf16_gemm_f32" : "bf16_gemm", shape, "bf16", (double)one, 2.0 * r.m * n * (double)k,
                    PEAK_BF16);
             free(r.y[0]);
             free(xb);
@@ -578,9 +582,11 @@ int main(int argc, char **argv) {
     if (want(&o, "w4_gemm", "lm_head"))
         bench_gemm_w4(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048);
     if (want(&o, "bf16_gemm", "in_proj_qkv"))
-        bench_gemm_bf16(&o, &lim, kt, "in_proj_qkv 8192x2048", 8192, 2048);
+        bench_gemm_bf16(&o, &lim, kt, "in_proj_qkv 8192x2048", 8192, 2048, 0);
     if (want(&o, "bf16_gemm", "lm_head"))
-        bench_gemm_bf16(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048);
+        bench_gemm_bf16(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048, 0);
+    if (want(&o, "bf16_gemm_f32", "lm_head"))
+        bench_gemm_bf16(&o, &lim, kt, "lm_head 248320x2048", 248320, 2048, 1);
     free(pb);
     return probe_sink < 0; /* the probe's sums are positive; this keeps them alive */
 }
