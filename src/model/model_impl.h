@@ -114,6 +114,16 @@ typedef struct {
     int32_t ldy;
 } epyq_rlin_out;
 void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a);
+/* One pool task of such a run: rows [n0, n1) of outs[out]. */
+typedef struct {
+    int32_t out, n0, n1;
+} epyq_gemm_piece;
+/* The tasks epyq_rlin_run_many gives n_threads for `rows` activation rows: every output's
+ * rows once, in order, outputs in order; whole 16-row tiles except each output's last task;
+ * shrinking in bytes towards the end of the run; one task for outputs too small to split
+ * (and everything when n_threads <= 1). n <= 8 outputs; at most max (>= 8) tasks. */
+int32_t epyq_rlin_pieces(int32_t n_threads, const epyq_rlin_out *outs, int32_t n, int32_t rows,
+                         epyq_gemm_piece *pc, int32_t max);
 /* Single-threaded, rows [n0, n1) (inside pool tasks). */
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1, const epyq_act *a,
                float *y, int32_t ldy);
