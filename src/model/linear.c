@@ -62,6 +62,7 @@ static int32_t guided(int32_t n_threads, const epyq_rlin_out *outs, int32_t n, i
     for (int32_t i = 0; i < n; i++) {
         const epyq_rlin *l = outs[i].l;
         int64_t row_bytes = (int64_t)epyq_rlin_bytes(l) / l->n;
+        if (row_bytes < 1) row_bytes = 1;
         bool whole = (int64_t)l->n * l->k * rows < (1 << 17) || n_threads <= 1;
         for (int32_t r = 0; r < l->n;) {
             int64_t want = left / (2 * n_threads), take = l->n - r;
@@ -79,8 +80,10 @@ static int32_t guided(int32_t n_threads, const epyq_rlin_out *outs, int32_t n, i
 
 int32_t epyq_rlin_pieces(int32_t n_threads, const epyq_rlin_out *outs, int32_t n, int32_t rows,
                          epyq_gemm_piece *pc, int32_t max) {
+    if (max < n) return -1;
     int32_t np;
-    /* many threads make many tasks (~2 x threads x ln(bytes / task)): grow them until they fit */
+    /* many threads make many tasks (~2 x threads x ln(bytes / task)): grow them until they
+     * fit, at the latest when every output is one task */
     for (int64_t min = MIN_PIECE_BYTES; (np = guided(n_threads, outs, n, rows, min, pc, max)) < 0;)
         min *= 2;
     return np;

@@ -121,7 +121,7 @@ typedef struct {
 /* The tasks epyq_rlin_run_many gives n_threads for `rows` activation rows: every output's
  * rows once, in order, outputs in order; whole 16-row tiles except each output's last task;
  * shrinking in bytes towards the end of the run; one task for outputs too small to split
- * (and everything when n_threads <= 1). n <= 8 outputs; at most max (>= 8) tasks. */
+ * (and everything when n_threads <= 1). At most max tasks; -1 when max < n. */
 int32_t epyq_rlin_pieces(int32_t n_threads, const epyq_rlin_out *outs, int32_t n, int32_t rows,
                          epyq_gemm_piece *pc, int32_t max);
 /* Single-threaded, rows [n0, n1) (inside pool tasks). */

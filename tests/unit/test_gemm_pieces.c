@@ -1,7 +1,8 @@
 /* tests/unit/test_gemm_pieces.c — how a GEMM run is split into pool tasks
  * (epyq_rlin_pieces, src/model/linear.c), on the model's real shapes and random ones:
  *   - every output's rows exactly once, in order, outputs in order; whole 16-row tiles except
- *     each output's last task; never more tasks than allowed (down to 8 for 8 outputs);
+ *     each output's last task; never more tasks than allowed (down to one per output; fewer
+ *     allowed than outputs is refused);
  *   - one task per output on one thread, and for outputs too small to hand off;
  *   - the point of the split: the lm_head (248320 x 2048 bf16, 1 GB) on 2 threads starts
  *     with tasks of ~1/4 of it and ends with one of at most 256 KiB + a tile, and within an
@@ -111,8 +112,10 @@ START_TEST(test_random_shapes) {
         }
         const int32_t threads = 1 + (int32_t)(epyq_test_xorshift(&s) % 128);
         const int32_t m = 1 + (int32_t)(epyq_test_xorshift(&s) % 64);
-        const int32_t max = 8 + (int32_t)(epyq_test_xorshift(&s) % 249);
+        const int32_t max = n + (int32_t)(epyq_test_xorshift(&s) % 249);
         check_split(threads, o, n, m, max, pc);
+        ck_assert_msg(epyq_rlin_pieces(threads, o, n, m, pc, n - 1) == -1,
+                      "%d outputs in at most %d tasks: expected a refusal", n, n - 1);
     }
 }
 END_TEST
