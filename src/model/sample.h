@@ -36,6 +36,8 @@ void epyq_sampler_accept(epyq_sampler *s, int32_t tok, bool generated);
 /* Pick the next token; logits [vocab] are not modified. */
 int32_t epyq_sampler_sample(epyq_sampler *s, const float *logits);
 
+/* The first index of the largest of v[0, n): ties go to the lower index, NaNs never win
+ * (unless v[0] is NaN: then 0); 0 when n <= 0. */
 int32_t epyq_argmax(const float *v, int32_t n);
 /* True when tok is one of the configured eos ids (generation_config, else config). */
 bool epyq_is_eos(const epyq_config *c, int32_t tok);

@@ -1,6 +1,8 @@
 /* tests/unit/test_model_sample.c — the sampler: greedy, seeded determinism, the distribution a
  * draw follows (chi-square-free frequency bounds over 40000 draws), top-k / top-p / min-p
- * truncation, repetition and presence penalties, eos ids and generation_config defaults. */
+ * truncation, repetition and presence penalties, eos ids and generation_config defaults;
+ * epyq_argmax against the one-pass definition on random rows with ties, NaNs, infinities
+ * and signed zeros. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +41,42 @@ START_TEST(test_greedy_and_seed) {
     }
     ck_assert(same && diff > 0);
     epyq_sampler_free(g), epyq_sampler_free(a), epyq_sampler_free(b), epyq_sampler_free(c);
+}
+END_TEST
+
+/* The one-pass definition epyq_argmax must agree with. */
+static int32_t argmax_naive(const float *v, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+START_TEST(test_argmax) {
+    enum { N = 1031 };
+    static float v[N];
+    uint64_t st = 7;
+    for (int c = 0; c < 3000; c++) {
+        const int32_t n = 1 + (int32_t)(c % 67 == 0 ? N - 1 : (c * 37) % 64);
+        for (int32_t i = 0; i < n; i++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t r = (uint32_t)(st >> 33);
+            /* few distinct values, so ties are common; some NaNs, infinities and signed zeros */
+            switch (r % 16) {
+            case 0: v[i] = NAN; break;
+            case 1: v[i] = -0.0f; break;
+            case 2: v[i] = 0.0f; break;
+            case 3: v[i] = (r >> 8) % 4 ? -INFINITY : INFINITY; break;
+            default: v[i] = (float)((int)((r >> 8) % 9) - 4); break;
+            }
+        }
+        ck_assert_msg(epyq_argmax(v, n) == argmax_naive(v, n), "case %d (n %d): %d, want %d", c, n,
+                      epyq_argmax(v, n), argmax_naive(v, n));
+    }
+    const float nan0[3] = {NAN, 1.0f, 2.0f}, zeros[3] = {-0.0f, 0.0f, -1.0f};
+    ck_assert_int_eq(epyq_argmax(nan0, 3), 0);
+    ck_assert_int_eq(epyq_argmax(zeros, 3), 0);
+    ck_assert_int_eq(epyq_argmax(zeros, 0), 0);
 }
 END_TEST
 
@@ -114,6 +152,7 @@ int main(void) {
     Suite *s = suite_create("model_sample");
     TCase *tc = tcase_create("sample");
     tcase_add_test(tc, test_greedy_and_seed);
+    tcase_add_test(tc, test_argmax);
     tcase_add_test(tc, test_distributions);
     tcase_add_test(tc, test_penalties);
     tcase_add_test(tc, test_defaults_and_eos);
