@@ -53,6 +53,14 @@ INLINE __m512 round_bf16(__m512 x) {
     return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), nan, x);
 }
 
+/* Column i's line of each row of the next R-row tile (rows ld elements apart): a GEMV
+ * tile's rows are short streams the hardware prefetcher alone keeps too few lines ahead of
+ * (see gemm_tile). */
+INLINE void prefetch_next_tile(const uint16_t *w, size_t ld, size_t i, const int R) {
+    UNROLL
+    for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w + (size_t)(R + r) * ld + i), _MM_HINT_T0);
+}
+
 /* 16 columns [i, i + 16) of an R x T tile, lanes outside mask m read as zero. */
 INLINE void tile_step(const uint16_t *w, size_t k, const float *x, size_t ldx, size_t i,
                       __mmask16 m, __m512 acc[GEMV_R][TILE_T], const int R, const int T,
@@ -88,9 +96,7 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
     size_t i = 0;
     if (R == GEMV_R && T == 1)
         for (; i + 32 <= k; i += 32) {
-            UNROLL
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w + (size_t)(R + r) * k + i), _MM_HINT_T0);
+            prefetch_next_tile(w, k, i, R);
             tile_step(w, k, x, ldx, i, (__mmask16)0xffff, acc, R, T, mode);
             tile_step(w, k, x, ldx, i + 16, (__mmask16)0xffff, acc, R, T, mode);
         }
@@ -168,10 +174,7 @@ INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb
         const size_t rem = kl - i;
         const __mmask32 m = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << rem) - 1);
         __m512bh xv[TILE_T];
-        if (R == GEMV_R && T == 1) /* next row tile, as in gemm_tile */
-            UNROLL
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(w + (size_t)(R + r) * ldw + i), _MM_HINT_T0);
+        if (R == GEMV_R && T == 1) prefetch_next_tile(w, ldw, i, R);
         UNROLL
         for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_load_si512(xb + (size_t)t * kp + i);
         UNROLL
