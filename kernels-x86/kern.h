@@ -66,6 +66,9 @@ size_t epyq_w4_pack_bytes(int32_t n, int32_t k, int32_t gs, int asym);
  * The packed form is asymmetric exactly when src->z is non-NULL and holds a value other
  * than 8, so size mem with asym = (src->z != NULL) unless that scan was done. */
 epyq_status epyq_w4_pack(epyq_w4 *dst, void *mem, const epyq_q4_canon *src, epyq_err *err);
+/* A view of output rows [n0, n1) of a packed matrix as a matrix of its own (row 0 = row n0),
+ * sharing w's memory: n0 must be a multiple of 16 (tiles are contiguous). False otherwise. */
+int epyq_w4_view(const epyq_w4 *w, int32_t n0, int32_t n1, epyq_w4 *view);
 /* Decode one packed matrix back to canonical codes/scales/zeros (tests, --check). */
 void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q /*[n][k]*/, float *s /*[n][k/gs]*/, uint8_t *z /*[n][k/gs]*/);
 

@@ -92,6 +92,15 @@ epyq_status epyq_w4_pack(epyq_w4 *dst, void *mem, const epyq_q4_canon *src, epyq
     return EPYQ_OK;
 }
 
+int epyq_w4_view(const epyq_w4 *w, int32_t n0, int32_t n1, epyq_w4 *view) {
+    if (n0 < 0 || n1 > w->n || n1 <= n0 || n0 % W4_TILE) return 0;
+    *view = *w;
+    view->n = n1 - n0;
+    view->mem = (uint8_t *)w->mem + (size_t)(n0 / W4_TILE) * w4_tile_bytes(w->k, w->gs, w->asym);
+    view->bytes = (size_t)w4_tiles(n1 - n0) * w4_tile_bytes(w->k, w->gs, w->asym);
+    return 1;
+}
+
 void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q, float *s, uint8_t *z) {
     const int32_t k = w->k, gs = w->gs, G = k / gs, bpg = gs / W4_KBLK;
     const size_t rb = w4_rec_bytes(gs);

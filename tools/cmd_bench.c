@@ -42,13 +42,14 @@ typedef struct {
     epyq_numpath paths[2];  /* [n_paths] numeric paths, switched on the loaded model */
     int n_paths;
     epyq_kv_type kv;
+    epyq_requant rq_lm_head, rq_dense; /* --requant */
     size_t membw_bytes;
     epyq_numa_opts numa;
     bool use_numa; /* a --numa flag was given; otherwise one pool, as before */
 } opts;
 
 typedef struct {
-    char model[128], format[16], test[32], isa[24], numa[24], path[8];
+    char model[128], format[64], test[32], isa[24], numa[24], path[8];
     double size_gib, params_b;
     int threads, batch, n_prompt, n_gen;
     double ts_mean, ts_sd, gbps, pct, bw_read;
@@ -74,6 +75,8 @@ static void usage(FILE *f) {
             "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
             "                           (default a8; switched without reloading the model)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
+            "  --requant SPEC           lm_head=int8|int4, dense=int8|int4 (comma-separated):\n"
+            "                           16-bit linears requantised at load (default: exact)\n"
             "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
             "  --no-warmup              skip the untimed warm-up run\n"
             "  --numa MODE              auto|off|distribute|...: routed experts on the NUMA plan's\n"
@@ -105,7 +108,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"path", required_argument, 0, 'P'},       {"kv-type", required_argument, 0, 'K'},
         {"membw-mb", required_argument, 0, 'W'},   {"no-warmup", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},             {"numa", required_argument, 0, 'U'},
-        {"numa-split", required_argument, 0, 'U'}, {0, 0, 0, 0}};
+        {"numa-split", required_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
+        {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
     o->bat[0] = 1, o->n_bat = 1;
@@ -158,6 +162,12 @@ static int parse(int argc, char **argv, opts *o) {
             else return fprintf(stderr, "epyq bench: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
             break;
         case 'N': o->warmup = false; break;
+        case 'Q': {
+            epyq_err e = {0};
+            if (epyq_requant_parse(optarg, &o->rq_lm_head, &o->rq_dense, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq bench: %s\n", e.msg), 2;
+            break;
+        }
         case 'U': { /* --numa MODE, --numa-split N (numa/opts.c) */
             char flag[32];
             epyq_err e = {0};
@@ -298,7 +308,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     epyq_numa_opts numa = o->numa;
     numa.n_threads = threads;
     epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = true,
-                          .numa = o->use_numa ? &numa : NULL};
+                          .numa = o->use_numa ? &numa : NULL, .requant_lm_head = o->rq_lm_head,
+                          .requant_dense = o->rq_dense};
     bench_ctx c = {.o = o};
     epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
@@ -322,7 +333,12 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     row r = {0};
     const char *base = strrchr(dir, '/');
     snprintf(r.model, sizeof r.model, "%s", base && base[1] ? base + 1 : dir);
-    snprintf(r.format, sizeof r.format, "%s", fmt_name);
+    /* the format column names any requantisation: exact and requantised rows never mix up */
+    int fl = snprintf(r.format, sizeof r.format, "%s", fmt_name);
+    if (o->rq_lm_head && fl > 0 && (size_t)fl < sizeof r.format)
+        fl += snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+lm_head=%s", epyq_requant_name(o->rq_lm_head));
+    if (o->rq_dense && fl > 0 && (size_t)fl < sizeof r.format)
+        snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+dense=%s", epyq_requant_name(o->rq_dense));
     snprintf(r.isa, sizeof r.isa, "%s", epyq_kern()->name);
     r.size_gib = (double)ws->resident_bytes / (1024.0 * 1024 * 1024);
     r.params_b = (double)params / 1e9;

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
             "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
             "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
+            "                   [--requant SPEC]\n"
             "\n"
             "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
             "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
@@ -43,6 +44,8 @@ static void usage(FILE *f) {
             "                     (same as EPYQ_MAX_ISA)\n"
             "  -t, --threads N    threads (default: one per allowed CPU)\n"
             "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+            "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
+            "                     requantised at load (default: exact)\n"
             "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
             "                     a --numa flag: one pool, no binding (numa/README.md)\n"
             "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
@@ -56,6 +59,7 @@ typedef struct {
     bool mtp, ref;
     epyq_numpath path;
     epyq_kv_type kv;
+    epyq_requant rq_lm_head, rq_dense;
     epyq_numa_opts numa;
     bool use_numa; /* a --numa flag was given */
 } opts;
@@ -104,7 +108,8 @@ static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
 static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     epyq_model *m = NULL;
     epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp,
-                          .numa = o->use_numa ? &o->numa : NULL};
+                          .numa = o->use_numa ? &o->numa : NULL, .requant_lm_head = o->rq_lm_head,
+                          .requant_dense = o->rq_dense};
     epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
     if (st != EPYQ_OK) return st;
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
@@ -161,7 +166,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
         {"numa", required_argument, 0, 'U'},    {"numa-split", required_argument, 0, 'U'},
         {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
-        {"numa-fallback", no_argument, 0, 'U'}, {0, 0, 0, 0}};
+        {"numa-fallback", no_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
+        {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->n_ids = -1;
@@ -184,6 +190,12 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case 'M': o->mtp = true; break;
+        case 'Q': {
+            epyq_err e = {0};
+            if (epyq_requant_parse(optarg, &o->rq_lm_head, &o->rq_dense, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq logits: %s\n", e.msg), 2;
+            break;
+        }
         case 'o': o->out = optarg; break;
         case 'R': o->ref = true; break;
         case 'P':

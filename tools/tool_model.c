@@ -160,14 +160,22 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
     const epyq_kern_table *kt = opts->kernels ? opts->kernels : epyq_kern();
     int32_t threads = epyq_model_threads(*out);
     uint64_t active = epyq_model_active_bytes(*out);
+    epyq_requant rq_lm, rq_dense;
+    epyq_model_requant(*out, &rq_lm, &rq_dense);
+    char rq[96] = "";
+    if (rq_lm || rq_dense)
+        snprintf(rq, sizeof rq, ", requantised at load: lm_head %s, dense %s", epyq_requant_name(rq_lm),
+                 epyq_requant_name(rq_dense));
     if (tty)
-        fprintf(stderr, "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token\n",
-                dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6);
+        fprintf(stderr, "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token%s\n",
+                dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6, rq);
     else
         fprintf(stderr,
                 "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"threads\":%d,"
-                "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu}\n",
-                (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active);
+                "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu,\"requant_lm_head\":\"%s\","
+                "\"requant_dense\":\"%s\"}\n",
+                (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active,
+                epyq_requant_name(rq_lm), epyq_requant_name(rq_dense));
     return EPYQ_OK;
 }
 

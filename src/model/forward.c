@@ -46,7 +46,8 @@ epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float 
     if (rows <= 0) return EPYQ_OK;
     epyq_act a;
     void *buf;
-    epyq_status st = epyq_rlin_act(m, x, rows, m->H, &a, &buf, err);
+    int32_t gs = m->lm_head.q4 ? m->lm_head.w4.gs : m->gs; /* a requantised head has its own */
+    epyq_status st = epyq_rlin_act_gs(m, x, rows, m->H, gs, &a, &buf, err);
     if (st == EPYQ_OK) epyq_rlin_run(m, &m->lm_head, &a, logits, m->V);
     free(buf);
     return st;

@@ -6,6 +6,7 @@
  * projections that read one activation (q/k/v, DeltaNet's qkv/z/b/a, router and shared-expert
  * gate) share one pool run: one hand-off instead of several, and no thread idles while
  * another runs a matrix too small to split. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,24 +23,59 @@ void *epyq_model_alloc(size_t n, size_t size) {
     return p;
 }
 
-epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
-                          epyq_act *a, void **buf, epyq_err *err) {
+epyq_status epyq_rlin_act_gs(const epyq_model *m, const float *x, int32_t rows, int32_t k,
+                             int32_t gs, epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
     /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy. int4
      * linears outside the MoE always take the A16 path (see epyq_model_opts.path). */
     memset(a, 0, sizeof *a);
-    a->m = rows, a->k = k, a->gs = m->gs, a->path = EPYQ_PATH_A16, a->f32 = x;
-    if (m->gs <= 0 || k % m->gs) return EPYQ_OK;
-    *buf = epyq_model_alloc(epyq_act_bytes(rows, k, m->gs, a->path), 1);
+    a->m = rows, a->k = k, a->gs = gs, a->path = EPYQ_PATH_A16, a->f32 = x;
+    if (gs <= 0 || k % gs) return EPYQ_OK;
+    *buf = epyq_model_alloc(epyq_act_bytes(rows, k, gs, a->path), 1);
     if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);
-    m->kt->act_prep(a, x, rows, k, m->gs, a->path, *buf);
+    m->kt->act_prep(a, x, rows, k, gs, a->path, *buf);
     return EPYQ_OK;
+}
+
+epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
+                          epyq_act *a, void **buf, epyq_err *err) {
+    return epyq_rlin_act_gs(m, x, rows, k, m->gs, a, buf, err);
+}
+
+/* An int8 requantised linear is two int4 planes (requant.c): y = H x + L x, a block of rows
+ * at a time so both planes' rows are read in order and L's partial sums fit on the stack.
+ * Task boundaries are whole 16-row tiles (epyq_rlin_pieces), so every block starts on one. */
+static void rows_two_planes(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1,
+                            const epyq_act *a, float *y, int32_t ldy) {
+    enum { TMP = 4096 };
+    float tmp[TMP];
+    int32_t blk = (TMP / a->m) / 16 * 16;
+    float *t = tmp, *heap = NULL;
+    if (blk < 16) { /* more rows than a prefill chunk has: scratch from the heap */
+        blk = 16;
+        t = heap = malloc((size_t)blk * (size_t)a->m * sizeof(float));
+    }
+    for (int32_t j0 = n0; j0 < n1; j0 += blk) {
+        int32_t j1 = j0 + blk < n1 ? j0 + blk : n1;
+        epyq_w4 lo;
+        m->kt->w4_gemm(&l->w4, j0, j1, a, y, ldy);
+        if (!t || !epyq_w4_view(&l->w4lo, j0, j1, &lo)) { /* no scratch / not on a tile */
+            for (int32_t r = 0; r < a->m; r++)
+                for (int32_t j = j0; j < j1; j++) y[(size_t)r * ldy + j] = NAN;
+            continue;
+        }
+        m->kt->w4_gemm(&lo, 0, j1 - j0, a, t, j1 - j0);
+        for (int32_t r = 0; r < a->m; r++)
+            for (int32_t j = j0; j < j1; j++) y[(size_t)r * ldy + j] += t[(size_t)r * (j1 - j0) + j - j0];
+    }
+    free(heap);
 }
 
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1,
                     const epyq_act *a, float *y, int32_t ldy) {
     if (n1 <= n0) return;
-    if (l->q4) m->kt->w4_gemm(&l->w4, n0, n1, a, y, ldy);
+    if (l->q4 && l->requant == EPYQ_REQUANT_INT8) rows_two_planes(m, l, n0, n1, a, y, ldy);
+    else if (l->q4) m->kt->w4_gemm(&l->w4, n0, n1, a, y, ldy);
     else if (l->exact || m->f32_act) m->kt->bf16_gemm_f32(l->bf16, l->k, n0, n1, a, y, ldy);
     else m->kt->bf16_gemm(l->bf16, l->k, n0, n1, a, y, ldy);
 }
@@ -171,33 +207,42 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         free(q), free(z), free(s), free(perm);
         return st;
     }
-    /* 16-bit / 32-bit: rows [row0, row0 + n) of slice `slice` of the tensor, converted in
-     * blocks of rows so a 248k-row lm_head needs no full fp32 copy (exact for BF16) */
-    const epyq_tensor *t = src->w;
-    if (!t) return epyq_err_set(err, EPYQ_E_INTERNAL, "%s: weight not bound", src->module);
-    int64_t rows_per_slice = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
-    size_t base = (size_t)((src->slice * rows_per_slice + src->row0) * src->n_in);
+    /* 16-bit / 32-bit: converted in blocks of rows so a 248k-row lm_head needs no full fp32
+     * copy (exact for BF16) */
     enum { BLOCK_ROWS = 256 };
     float *f = malloc((size_t)BLOCK_ROWS * (size_t)k * sizeof(float));
     dst->bf16 = epyq_model_alloc(nk, sizeof(uint16_t));
     if (!f || !dst->bf16) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
     for (int32_t r0 = 0; st == EPYQ_OK && r0 < n; r0 += BLOCK_ROWS) {
-        size_t cnt = (size_t)(n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS) * (size_t)k;
-        st = epyq_tensor_read_f32(t, base + (size_t)r0 * k, cnt, f, err);
+        int32_t rows = n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS;
+        size_t cnt = (size_t)rows * (size_t)k;
+        st = epyq_rlin_read_rows(src, r0, rows, f, err);
         for (size_t i = 0; st == EPYQ_OK && i < cnt; i++) dst->bf16[(size_t)r0 * k + i] = epyq_f32_to_bf16(f[i]);
     }
-    if (st != EPYQ_OK) epyq_err_prefix(err, "%s: ", src->module);
     free(f);
     return st;
 }
 
+epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows, float *f,
+                                epyq_err *err) {
+    /* the matrix is rows [row0, row0 + n_out) of slice `slice` of the tensor */
+    const epyq_tensor *t = src->w;
+    if (!t) return epyq_err_set(err, EPYQ_E_INTERNAL, "%s: weight not bound", src->module);
+    int64_t rows_per_slice = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
+    size_t base = (size_t)((src->slice * rows_per_slice + src->row0) * src->n_in);
+    epyq_status st = epyq_tensor_read_f32(t, base + (size_t)r0 * (size_t)src->n_in,
+                                          (size_t)rows * (size_t)src->n_in, f, err);
+    if (st != EPYQ_OK) epyq_err_prefix(err, "%s: ", src->module);
+    return st;
+}
+
 void epyq_rlin_free(epyq_rlin *l) {
-    if (l->q4) free(l->w4.mem);
+    if (l->q4) free(l->w4.mem), free(l->w4lo.mem);
     free(l->bf16);
     memset(l, 0, sizeof *l);
 }
 
 uint64_t epyq_rlin_bytes(const epyq_rlin *l) {
-    if (l->q4) return l->w4.bytes;
+    if (l->q4) return l->w4.bytes + (l->requant == EPYQ_REQUANT_INT8 ? l->w4lo.bytes : 0);
     return (uint64_t)l->n * (uint64_t)l->k * 2u;
 }

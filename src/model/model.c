@@ -59,6 +59,13 @@ static void expert_task(void *ctx, int32_t task, int32_t worker) {
     load_expert(j->m, j->mr, j->mw, task + 1, &j->errs[task + 1]);
 }
 
+/* A dense projection: requantised when --requant dense= asks and it is stored 16-bit. */
+static epyq_status load_dense(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, epyq_err *err) {
+    if (m->rq_dense != EPYQ_REQUANT_NONE && src->kind != EPYQ_LIN_Q4)
+        return epyq_rlin_requant(m, dst, src, m->rq_dense, m->rq_gs, err);
+    return epyq_rlin_load(m, dst, src, false, err);
+}
+
 static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer_w *lw,
                               epyq_err *err) {
     ly->full = lw->full_attn;
@@ -66,20 +73,20 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
     TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)m->H, err));
     if (ly->full) {
         const epyq_attn_w *a = &lw->attn;
-        TRY(epyq_rlin_load(m, &ly->at.q, &a->q_proj, false, err));
-        TRY(epyq_rlin_load(m, &ly->at.k, &a->k_proj, false, err));
-        TRY(epyq_rlin_load(m, &ly->at.v, &a->v_proj, false, err));
-        TRY(epyq_rlin_load(m, &ly->at.o, &a->o_proj, false, err));
+        TRY(load_dense(m, &ly->at.q, &a->q_proj, err));
+        TRY(load_dense(m, &ly->at.k, &a->k_proj, err));
+        TRY(load_dense(m, &ly->at.v, &a->v_proj, err));
+        TRY(load_dense(m, &ly->at.o, &a->o_proj, err));
         TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)m->hd, err));
         TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)m->hd, err));
     } else {
         const epyq_gdn_w *g = &lw->gdn;
-        TRY(epyq_rlin_load(m, &ly->g.qkv, &g->in_proj_qkv, false, err));
-        TRY(epyq_rlin_load(m, &ly->g.z, &g->in_proj_z, false, err));
+        TRY(load_dense(m, &ly->g.qkv, &g->in_proj_qkv, err));
+        TRY(load_dense(m, &ly->g.z, &g->in_proj_z, err));
         /* b and a feed exp/softplus gates: keep their inputs fp32 when stored 16-bit */
         TRY(epyq_rlin_load(m, &ly->g.b, &g->in_proj_b, true, err));
         TRY(epyq_rlin_load(m, &ly->g.a, &g->in_proj_a, true, err));
-        TRY(epyq_rlin_load(m, &ly->g.out, &g->out_proj, false, err));
+        TRY(load_dense(m, &ly->g.out, &g->out_proj, err));
         TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)m->conv_dim * m->Kc, err));
         TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)m->Hv, err));
         TRY(load_vec(&ly->g.neg_exp_A, g->A_log, (size_t)m->Hv, err));
@@ -107,9 +114,9 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
             return err->code;
         }
     free(j.errs);
-    TRY(epyq_rlin_load(m, &ly->m.sh_gate, &mw->sh_gate, false, err));
-    TRY(epyq_rlin_load(m, &ly->m.sh_up, &mw->sh_up, false, err));
-    TRY(epyq_rlin_load(m, &ly->m.sh_down, &mw->sh_down, false, err));
+    TRY(load_dense(m, &ly->m.sh_gate, &mw->sh_gate, err));
+    TRY(load_dense(m, &ly->m.sh_up, &mw->sh_up, err));
+    TRY(load_dense(m, &ly->m.sh_down, &mw->sh_down, err));
     TRY(epyq_rlin_load(m, &ly->m.sh_expert_gate, &mw->sh_expert_gate, true, err));
     const epyq_rlin *g = &ly->m.sh_gate, *u = &ly->m.sh_up, *d = &ly->m.sh_down;
     if (g->q4 != u->q4 || g->q4 != d->q4)
@@ -183,6 +190,15 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     m->I = c->moe_intermediate_size, m->Is = c->shared_expert_intermediate_size;
     m->eps = (float)c->rms_norm_eps;
     TRY(check_dims(m, err));
+    if (o->requant_lm_head != EPYQ_REQUANT_NONE || o->requant_dense != EPYQ_REQUANT_NONE) {
+        m->rq_lm_head = o->requant_lm_head, m->rq_dense = o->requant_dense;
+        m->rq_gs = epyq_requant_group(w);
+        if (m->rq_gs <= 0)
+            return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "--requant: no group size of 128, 64 or 32 "
+                                "divides every input width of this model (hidden %d)", m->H);
+        /* requantised dense linears read the activation prepared for the int4 linears */
+        if (m->rq_dense != EPYQ_REQUANT_NONE && !m->gs) m->gs = m->rq_gs;
+    }
 
     m->inv_freq = epyq_model_alloc((size_t)m->rd / 2 + 1, sizeof(double));
     m->layers = calloc((size_t)m->L, sizeof(epyq_layer_rw));
@@ -196,7 +212,10 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
         if (o->progress) o->progress(o->progress_ctx, l + 1, m->L + 1);
     }
     TRY(load_vec(&m->final_norm, w->final_norm, (size_t)m->H, err));
-    TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
+    if (m->rq_lm_head != EPYQ_REQUANT_NONE && w->lm_head.kind != EPYQ_LIN_Q4)
+        TRY(epyq_rlin_requant(m, &m->lm_head, &w->lm_head, m->rq_lm_head, m->rq_gs, err));
+    else
+        TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
     if (m->has_mtp) {
         TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
         TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->H, err));
@@ -252,6 +271,9 @@ int32_t epyq_model_threads(const epyq_model *m) { return m->n_threads; }
 void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) { m->gdn_chunk_min = min_tokens; }
 void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
+void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense) {
+    *lm_head = m->lm_head.requant, *dense = m->rq_dense;
+}
 
 uint64_t epyq_model_active_bytes(const epyq_model *m) {
     uint64_t b = epyq_rlin_bytes(&m->lm_head);

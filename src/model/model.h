@@ -26,6 +26,16 @@
 
 typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
 
+/* Cheaper copies of 16-bit linears made at load (src/model/requant.c; never written to disk):
+ * INT8 = round-to-nearest int8 per group, symmetric; INT4 = round-to-nearest int4 per group,
+ * asymmetric. The group size is the checkpoint's int4 one (else 128/64/32). */
+typedef enum { EPYQ_REQUANT_NONE = 0, EPYQ_REQUANT_INT8, EPYQ_REQUANT_INT4 } epyq_requant;
+const char *epyq_requant_name(epyq_requant r); /* "bf16" (none), "int8", "int4" */
+/* Parse "lm_head=int8", "dense=int4", "lm_head=int4,dense=int8" (or "none") into *lm_head /
+ * *dense (each left unchanged when the spec does not name it). */
+epyq_status epyq_requant_parse(const char *spec, epyq_requant *lm_head, epyq_requant *dense,
+                               epyq_err *err);
+
 typedef struct {
     /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value; int16
      * per-group activations, VPDPWSSD) or EPYQ_PATH_A8 (int8 per-group activations, VPDPBUSD).
@@ -63,6 +73,9 @@ typedef struct {
     /* NUMA MoE: intermediate rows per dispatch unit (a multiple of the int4 group size), part
      * of the numerics; 0 = 128. moe_intermediate_size gives --numa off's bits exactly. */
     int32_t moe_slice;
+    /* --requant: the lm_head, and the dense 16-bit linears (attention and DeltaNet projections
+     * except the fp32 b/a gates, shared experts; never the router) requantised at load. */
+    epyq_requant requant_lm_head, requant_dense;
 } epyq_model_opts;
 
 typedef struct epyq_model epyq_model;
@@ -83,6 +96,8 @@ void epyq_model_set_moe_split(epyq_model *m, bool on);
 /* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
  * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
 uint64_t epyq_model_active_bytes(const epyq_model *m);
+/* What --requant did: *lm_head / *dense as loaded (NONE where the linears are exact). */
+void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense);
 
 /* A sequence: KV caches for n_ctx positions (trunk attention layers, plus the MTP layer when
  * the model has one), DeltaNet conv and fp32 recurrent states. n_ctx must be in

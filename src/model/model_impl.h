@@ -17,6 +17,9 @@ typedef struct {
     epyq_w4 w4;         /* q4: packed for the kernels (w4.mem owned) */
     uint16_t *bf16;     /* !q4: [n][k] bf16, 64-byte aligned, owned */
     bool exact;         /* bf16 only: fp32 activations (bf16_gemm_f32) — routers, gates, lm_head */
+    epyq_requant requant; /* made at load from a 16-bit linear (requant.c): INT4 = w4 alone;
+                             INT8 = w4 (high nibble plane) + w4lo (low plane), y = W4 x + W4lo x */
+    epyq_w4 w4lo;       /* INT8 requant only: the low nibble plane (w4lo.mem owned) */
 } epyq_rlin;
 
 typedef struct {
@@ -59,6 +62,8 @@ struct epyq_model {
     bool moe_split;             /* small batches spread each expert over the pool (moe.c) */
     bool f32_act;               /* every 16-bit linear runs bf16_gemm_f32 */
     int32_t gs;                 /* group size of the int4 linears (0: none) */
+    epyq_requant rq_lm_head, rq_dense; /* --requant lm_head=, dense= (requant.c) */
+    int32_t rq_gs;              /* group size of requantised linears */
     /* dimensions */
     int32_t H, V, L, n_attn, n_gdn;
     int32_t nq, nkv, hd, rd;
@@ -105,6 +110,9 @@ typedef struct {
 /* Prepare x [m][k] for the model's path (gs of the int4 linears reading it). */
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k, epyq_act *a,
                      void **buf, epyq_err *err);
+/* The same for a linear of group size gs (a requantised lm_head on a model without int4). */
+epyq_status epyq_rlin_act_gs(const epyq_model *m, const float *x, int32_t rows, int32_t k, int32_t gs,
+                             epyq_act *a, void **buf, epyq_err *err);
 /* y [m][ldy] (columns [0, l->n)) = l · x for every row of the prepared act. */
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy);
 /* Several linears over the same act in one pool run: outs[i].y = outs[i].l · x. */
@@ -129,6 +137,15 @@ void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t
                float *y, int32_t ldy);
 epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact, epyq_err *err);
 void epyq_rlin_free(epyq_rlin *l);
+/* Rows [r0, r0 + rows) of a 16/32-bit linear as fp32 into f [rows][n_in]. */
+epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows, float *f,
+                                epyq_err *err);
+/* ---- requant.c: a 16-bit linear requantised at load to `kind` with group size gs */
+epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *src,
+                              epyq_requant kind, int32_t gs, epyq_err *err);
+/* The group size requantised linears use: the checkpoint's int4 group size, else the largest
+ * of 128/64/32 dividing every input width; 0 when none does. */
+int32_t epyq_requant_group(const epyq_weights *w);
 uint64_t epyq_rlin_bytes(const epyq_rlin *l);
 void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
 

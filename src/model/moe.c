@@ -84,7 +84,8 @@ static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath p
     return true;
 }
 
-/* down(silu(gate x) * up x) * rw over n gathered rows, dense bf16 weights */
+/* down(silu(gate x) * up x) * rw over n gathered rows: bf16 weights, or the two int4 planes
+ * of an int8-requantised shared expert (xa then prepared for A16) */
 static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_rlin *up,
                          const epyq_rlin *down, const epyq_act *xa, const float *rw, int32_t n,
                          float *y) {
@@ -98,7 +99,17 @@ static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_
     epyq_rlin_rows(m, up, 0, I, xa, u, I);
     for (size_t i = 0; i < (size_t)n * I; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = g, .buf = NULL};
+    void *hbuf = NULL;
+    if (down->q4) { /* an int8-requantised shared expert (two int4 planes, requant.c) */
+        hbuf = epyq_model_alloc(epyq_act_bytes(n, I, m->gs, EPYQ_PATH_A16), 1);
+        if (!hbuf) {
+            free(g), free(u);
+            return false;
+        }
+        m->kt->act_prep(&ha, g, n, I, m->gs, EPYQ_PATH_A16, hbuf);
+    }
     epyq_rlin_rows(m, down, 0, down->n, &ha, y, down->n);
+    free(hbuf);
     for (int32_t r = 0; r < n; r++)
         for (int32_t i = 0; i < down->n; i++) y[(size_t)r * down->n + i] *= rw[r];
     free(g), free(u);
@@ -118,15 +129,17 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     void *abuf = NULL, *scratch = NULL;
     bool ok = xg && y;
     epyq_act xa;
-    if (ok && gate->q4) {
+    if (ok && gate->q4 && gate->requant != EPYQ_REQUANT_INT8) {
         ok = task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
         scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1) : NULL;
         ok = ok && scratch;
         if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
-        gather_rows(j, base, n, xg);
-        xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
-        ok = dense_expert(m, gate, up, down, &xa, rw, n, y);
+        if (gate->q4) ok = task_input(j, base, n, EPYQ_PATH_A16, xg, &xa, &abuf);
+        else gather_rows(j, base, n, xg);
+        if (!gate->q4)
+            xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
+        ok = ok && dense_expert(m, gate, up, down, &xa, rw, n, y);
     }
     for (int32_t r = 0; ok && r < n; r++)
         memcpy(j->ys + (size_t)j->ent_row[base + r] * H, y + (size_t)r * H, (size_t)H * sizeof(float));
@@ -273,7 +286,8 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                 }
             moe_job j = {.m = m, .mw = mw, .x = x, .ent_tok = ent_tok, .ent_row = ent_row, .ent_w = ent_w,
                          .e_off = e_off, .tasks = tasks, .ys = ys, .pieces = 1};
-            bool q4 = mw->sh_gate.q4 && (numa_layer >= 0 || mw->gate[0].q4);
+            bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
+                      (numa_layer >= 0 || mw->gate[0].q4);
             j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
             if (j.pieces > 1) {
                 j.ld_h = m->I > m->Is ? m->I : m->Is;
