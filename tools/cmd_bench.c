@@ -26,6 +26,7 @@
 #include "kernels-x86/membw.h"
 #include "model/model.h"
 #include "model/sample.h"
+#include "tools/bench_progress.h"
 #include "tools/cmd.h"
 #include "tools/tool_model.h"
 
@@ -201,6 +202,7 @@ typedef struct {
     int32_t *tok;        /* [max(pp, batch)] */
     epyq_seq **bseq;     /* [max(pp, batch)] */
     float *logits;       /* [max batch][V] */
+    epyq_bench_progress *pg; /* the terminal's progress line */
 } bench_ctx;
 
 /* One timed prefill of n tokens; returns seconds or < 0 with err set. */
@@ -233,6 +235,21 @@ static double run_tg(bench_ctx *c, int n, int B, epyq_err *err) {
         for (int j = 0; j < B; j++) c->tok[j] = epyq_argmax(c->logits + (size_t)j * c->V, c->V);
     }
     return epyq_now() - t0;
+}
+
+/* A run with the progress line around it (rep 0 = the warm-up). */
+static double timed_pp(bench_ctx *c, int n, int rep, epyq_err *err) {
+    epyq_bench_progress_start(c->pg, rep, c->o->reps);
+    double dt = run_pp(c, n, err);
+    epyq_bench_progress_done(c->pg, dt);
+    return dt;
+}
+
+static double timed_tg(bench_ctx *c, int n, int B, int rep, epyq_err *err) {
+    epyq_bench_progress_start(c->pg, rep, c->o->reps);
+    double dt = run_tg(c, n, B, err);
+    epyq_bench_progress_done(c->pg, dt);
+    return dt;
 }
 
 static void stats(const double *v, int n, double *mean, double *sd) {
@@ -302,7 +319,8 @@ static void paired_pct(const double *probes, int reps, double bw0, row *r) {
 
 /* Every test for one thread count. */
 static epyq_status bench_threads(const opts *o, const char *dir, int threads, const epyq_weights_stats *ws,
-                                 uint64_t params, const char *fmt_name, bool *first, epyq_err *err) {
+                                 uint64_t params, const char *fmt_name, bool *first, epyq_bench_progress *pg,
+                                 epyq_err *err) {
     double bw = epyq_membw_read_gbps(o->membw_bytes, threads);
     if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
     epyq_numa_opts numa = o->numa;
@@ -310,7 +328,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = true,
                           .numa = o->use_numa ? &numa : NULL, .requant_lm_head = o->rq_lm_head,
                           .requant_dense = o->rq_dense};
-    bench_ctx c = {.o = o};
+    bench_ctx c = {.o = o, .pg = pg};
     epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
     c.V = epyq_model_config(c.m)->vocab_size;
@@ -356,9 +374,9 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     for (int i = 0; st == EPYQ_OK && i < o->n_pp; i++) {
         int n = o->pp[i];
         if (n == 0) continue;
-        if (o->warmup && run_pp(&c, n, err) < 0) st = err->code;
+        if (o->warmup && timed_pp(&c, n, 0, err) < 0) st = err->code;
         for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
-            double dt = run_pp(&c, n, err);
+            double dt = timed_pp(&c, n, k + 1, err);
             if (dt < 0) st = err->code;
             else samples[k] = n / dt;
             probes[k] = probe_gbps(o, threads);
@@ -369,6 +387,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
         r.gbps = (double)ws->resident_bytes * (r.ts_mean / n) / 1e9;
         paired_pct(probes, o->reps, bw, &r);
+        epyq_bench_progress_clear(pg);
         print_row(o->out, &r, *first);
         *first = false;
     }
@@ -376,9 +395,9 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         for (int bi = 0; st == EPYQ_OK && bi < o->n_bat; bi++) {
             int n = o->tg[i], B = o->bat[bi];
             if (n == 0) continue;
-            if (o->warmup && run_tg(&c, n < 8 ? n : 8, B, err) < 0) st = err->code;
+            if (o->warmup && timed_tg(&c, n < 8 ? n : 8, B, 0, err) < 0) st = err->code;
             for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
-                double dt = run_tg(&c, n, B, err);
+                double dt = timed_tg(&c, n, B, k + 1, err);
                 if (dt < 0) st = err->code;
                 else samples[k] = (double)n * B / dt;
                 probes[k] = probe_gbps(o, threads);
@@ -390,6 +409,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
             r.gbps = (double)tok_bytes * (r.ts_mean / B) / 1e9;
             paired_pct(probes, o->reps, bw, &r);
+            epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
             *first = false;
         }
@@ -422,9 +442,14 @@ int epyq_cmd_bench(int argc, char **argv) {
         epyq_weights_free(w);
         w = NULL;
         bool first = true;
+        epyq_bench_progress pg;
+        epyq_bench_progress_init(&pg, o.pp, o.n_pp, o.tg, o.n_tg, o.bat, o.n_bat, o.thr, o.n_thr, o.n_paths,
+                                 o.reps, o.warmup);
         print_header(o.out);
         for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
-            st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &err);
+            st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &pg, &err);
+        epyq_bench_progress_clear(&pg);
+        epyq_bench_progress_free(&pg);
         if (o.out == OUT_JSON) printf("\n]\n");
     }
     epyq_weights_free(w);
