@@ -8,11 +8,11 @@
  * count, and every row says how many GB/s of weights it streamed and what fraction of the
  * probes' mean read it reached (the figure measured once at start stands in where a probe
  * cannot allocate):
- *   tg (B = 1): the bytes one decoded token reads (epyq_model_active_bytes) x tokens/s;
- *   tg bB:      the same per-step bytes x steps/s — a lower bound, since a batch touches
- *               more experts than one token;
- *   pp:         all resident weights x forward calls/s (a 512-token prefill touches
- *               essentially every expert).
+ *   every test: the weight bytes its forward calls streamed (epyq_model_last_bytes: every
+ *   projection, router and shared expert, each routed expert a step's tokens chose once, the
+ *   lm_head) over the run's time. tg (B = 1) reads the top-k experts of each token; tg bB the
+ *   distinct experts of each step's B tokens (up to B x top-k); a 512-token prefill touches
+ *   essentially every expert once.
  * Token ids are synthetic and deterministic; tokenisation and sampling are excluded
  * (greedy argmax feeds the next decode step, as a real generation would). */
 #include <getopt.h>
@@ -85,8 +85,9 @@ static void usage(FILE *f) {
             "  --numa-split N           the same on N logical nodes of this machine\n"
             "  -h, --help               this text\n"
             "\n"
-            "GB/s: tg = bytes one decoded token reads x tokens/s; tg bB = the same per-step bytes\n"
-            "x steps/s (a lower bound); pp = all resident weights x forward calls/s.\n");
+            "GB/s: the weight bytes the test's forward calls streamed over its time: every\n"
+            "projection, router and shared expert, the routed experts each step's tokens chose\n"
+            "(counted once per step: up to B x top-k for tg bB), the lm_head.\n");
 }
 
 static int parse_list(const char *what, const char *s, int *out, int *n, int lo) {
@@ -203,6 +204,7 @@ typedef struct {
     epyq_seq **bseq;     /* [max(pp, batch)] */
     float *logits;       /* [max batch][V] */
     epyq_bench_progress *pg; /* the terminal's progress line */
+    double bytes;        /* weight bytes the last run's forward calls streamed */
 } bench_ctx;
 
 /* One timed prefill of n tokens; returns seconds or < 0 with err set. */
@@ -217,6 +219,7 @@ static double run_pp(bench_ctx *c, int n, epyq_err *err) {
     double t0 = epyq_now();
     epyq_status st = epyq_model_forward(c->m, &b, c->logits, NULL, err);
     double dt = epyq_now() - t0;
+    c->bytes = (double)epyq_model_last_bytes(c->m);
     free(want);
     return st == EPYQ_OK ? dt : -1;
 }
@@ -230,8 +233,10 @@ static double run_tg(bench_ctx *c, int n, int B, epyq_err *err) {
     }
     epyq_batch b = {B, c->bseq, c->tok, NULL};
     double t0 = epyq_now();
+    c->bytes = 0;
     for (int step = 0; step < n; step++) {
         if (epyq_model_forward(c->m, &b, c->logits, NULL, err) != EPYQ_OK) return -1;
+        c->bytes += (double)epyq_model_last_bytes(c->m);
         for (int j = 0; j < B; j++) c->tok[j] = epyq_argmax(c->logits + (size_t)j * c->V, c->V);
     }
     return epyq_now() - t0;
@@ -343,7 +348,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     c.logits = malloc((size_t)max_b * c.V * sizeof(float));
     double *samples = calloc((size_t)o->reps, sizeof(double));
     double *probes = calloc((size_t)o->reps, sizeof(double));
-    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes)
+    double *gbs = calloc((size_t)o->reps, sizeof(double)), sd; /* weight GB/s per repetition */
+    if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes || !gbs)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2;
     for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
@@ -366,7 +372,6 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     if (!o->use_numa || numa.mode == EPYQ_NUMA_OFF) snprintf(r.numa, sizeof r.numa, "off");
     else if (numa.split > 0) snprintf(r.numa, sizeof r.numa, "split %d", (int)numa.split);
     else snprintf(r.numa, sizeof r.numa, "%s", epyq_numa_mode_name(numa.mode));
-    uint64_t tok_bytes = epyq_model_active_bytes(c.m);
 
     for (int pi = 0; st == EPYQ_OK && pi < o->n_paths; pi++) {
     epyq_model_set_path(c.m, o->paths[pi]);
@@ -378,14 +383,14 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
             double dt = timed_pp(&c, n, k + 1, err);
             if (dt < 0) st = err->code;
-            else samples[k] = n / dt;
+            else samples[k] = n / dt, gbs[k] = c.bytes / dt / 1e9;
             probes[k] = probe_gbps(o, threads);
         }
         if (st != EPYQ_OK) break;
         stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
         snprintf(r.test, sizeof r.test, "pp%d", n);
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
-        r.gbps = (double)ws->resident_bytes * (r.ts_mean / n) / 1e9;
+        stats(gbs, o->reps, &r.gbps, &sd);
         paired_pct(probes, o->reps, bw, &r);
         epyq_bench_progress_clear(pg);
         print_row(o->out, &r, *first);
@@ -399,7 +404,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
                 double dt = timed_tg(&c, n, B, k + 1, err);
                 if (dt < 0) st = err->code;
-                else samples[k] = (double)n * B / dt;
+                else samples[k] = (double)n * B / dt, gbs[k] = c.bytes / dt / 1e9;
                 probes[k] = probe_gbps(o, threads);
             }
             if (st != EPYQ_OK) break;
@@ -407,7 +412,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             if (B == 1) snprintf(r.test, sizeof r.test, "tg%d", n);
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
-            r.gbps = (double)tok_bytes * (r.ts_mean / B) / 1e9;
+            stats(gbs, o->reps, &r.gbps, &sd);
             paired_pct(probes, o->reps, bw, &r);
             epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
@@ -416,7 +421,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     }
     }
     for (int j = 0; c.seqs && j < max_b; j++) epyq_seq_free(c.seqs[j]);
-    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples), free(probes);
+    free(c.seqs), free(c.bseq), free(c.tok), free(c.logits), free(samples), free(probes), free(gbs);
     epyq_model_free(c.m);
     return st;
 }

@@ -118,6 +118,7 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     epyq_status st = plan_make(m, b, &p, err);
     if (st != EPYQ_OK) return st;
     int32_t T = b->n, H = m->H;
+    m->fwd_bytes = 0;
     float *x = epyq_model_alloc((size_t)T * H, sizeof(float));
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
@@ -134,6 +135,7 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
             nw++;
         }
         if (logits) st = epyq_lm_head_run(m, x, nw, logits, err);
+        if (logits && nw > 0) m->fwd_bytes += epyq_rlin_bytes(&m->lm_head);
     }
     /* the states advanced in the blocks; positions advance once the whole batch is through */
     if (st == EPYQ_OK)

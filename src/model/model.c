@@ -275,8 +275,10 @@ void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant
     *lm_head = m->lm_head.requant, *dense = m->rq_dense;
 }
 
-uint64_t epyq_model_active_bytes(const epyq_model *m) {
-    uint64_t b = epyq_rlin_bytes(&m->lm_head);
+/* Every weight a forward call reads whatever the routing: projections, routers, shared
+ * experts (not the routed experts, not the lm_head). */
+static uint64_t fixed_bytes(const epyq_model *m) {
+    uint64_t b = 0;
     for (int32_t l = 0; l < m->L; l++) {
         const epyq_layer_rw *ly = &m->layers[l];
         if (ly->full)
@@ -288,9 +290,19 @@ uint64_t epyq_model_active_bytes(const epyq_model *m) {
         const epyq_moe_rw *mw = &ly->m;
         b += epyq_rlin_bytes(&mw->router) + epyq_rlin_bytes(&mw->sh_gate) + epyq_rlin_bytes(&mw->sh_up) +
              epyq_rlin_bytes(&mw->sh_down) + epyq_rlin_bytes(&mw->sh_expert_gate);
+    }
+    return b;
+}
+
+uint64_t epyq_model_active_bytes(const epyq_model *m) {
+    uint64_t b = epyq_rlin_bytes(&m->lm_head) + fixed_bytes(m);
+    for (int32_t l = 0; l < m->L; l++) {
+        const epyq_moe_rw *mw = &m->layers[l].m;
         /* top-k of E experts, taking expert 0 as the typical size */
         b += (uint64_t)m->topk * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
                                   epyq_rlin_bytes(&mw->down[0]));
     }
     return b;
 }
+
+uint64_t epyq_model_last_bytes(const epyq_model *m) { return fixed_bytes(m) + m->fwd_bytes; }

@@ -96,6 +96,10 @@ void epyq_model_set_moe_split(epyq_model *m, bool on);
 /* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
  * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
 uint64_t epyq_model_active_bytes(const epyq_model *m);
+/* Weight bytes the last epyq_model_forward() streamed: every projection, router and shared
+ * expert, each routed expert its tokens chose once (a batch's distinct experts), and the
+ * lm_head when logits were asked for. Batch 1 decode: close to epyq_model_active_bytes(). */
+uint64_t epyq_model_last_bytes(const epyq_model *m);
 /* What --requant did: *lm_head / *dense as loaded (NONE where the linears are exact). */
 void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense);
 

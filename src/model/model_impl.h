@@ -63,6 +63,7 @@ struct epyq_model {
     bool f32_act;               /* every 16-bit linear runs bf16_gemm_f32 */
     int32_t gs;                 /* group size of the int4 linears (0: none) */
     epyq_requant rq_lm_head, rq_dense; /* --requant lm_head=, dense= (requant.c) */
+    uint64_t fwd_bytes;         /* routed-expert weight bytes streamed since the last forward began */
     int32_t rq_gs;              /* group size of requantised linears */
     /* dimensions */
     int32_t H, V, L, n_attn, n_gdn;

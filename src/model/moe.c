@@ -264,6 +264,12 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
             e_off[E + 1]++;
         }
         for (int32_t e = 0; e <= E; e++) e_off[e + 1] += e_off[e];
+        /* weight bytes this call streams: every routed expert a token chose, once (expert 0's
+         * size stands for all: NUMA mode packs the others on their nodes) */
+        uint64_t touched = 0;
+        for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e];
+        m->fwd_bytes += touched * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
+                                   epyq_rlin_bytes(&mw->down[0]));
         int32_t *fill = malloc(((size_t)E + 1) * sizeof(int32_t));
         if (!fill) st = epyq_err_set(err, EPYQ_E_NOMEM, "MoE: out of memory");
         if (st == EPYQ_OK) {

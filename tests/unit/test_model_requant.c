@@ -8,7 +8,9 @@
  *  - dense= reaches the 16-bit projections of a GPTQ-style checkpoint (BF16 attention,
  *    DeltaNet and shared experts) and changes nothing on compressed-tensors, whose dense
  *    linears are int4 already;
- *  - the spec parser refuses what it does not know. */
+ *  - the spec parser refuses what it does not know;
+ *  - epyq_model_last_bytes (what bench divides by time): a batch-1 step reads exactly the
+ *    per-token bytes, and a step of B sequences between that and B times the routed part. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -192,6 +194,40 @@ START_TEST(test_parse) {
 }
 END_TEST
 
+START_TEST(test_last_bytes) {
+    char *dir = synth_model("ct", 13);
+    ck_assert(dir);
+    epyq_model *m = NULL;
+    epyq_err err = {0};
+    epyq_model_opts o = {.n_threads = 2, .skip_mtp = true};
+    ck_assert(epyq_model_load(&m, dir, &o, &err) == EPYQ_OK);
+    int32_t V = epyq_model_config(m)->vocab_size;
+    enum { B = 4 };
+    epyq_seq *s[B];
+    for (int i = 0; i < B; i++) ck_assert(epyq_seq_create(&s[i], m, 16, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    float *logits = malloc((size_t)B * V * sizeof(float));
+    int32_t tok[B] = {5, 300, 41, 777};
+    epyq_batch one = {1, s, tok, NULL};
+    ck_assert(epyq_model_forward(m, &one, logits, NULL, &err) == EPYQ_OK);
+    uint64_t per_tok = epyq_model_active_bytes(m), b1 = epyq_model_last_bytes(m);
+    ck_assert_uint_eq(b1, per_tok);
+    /* no logits asked for: the lm_head is not read */
+    uint8_t none[B] = {0};
+    epyq_batch quiet = {1, s + 1, tok + 1, none};
+    ck_assert(epyq_model_forward(m, &quiet, logits, NULL, &err) == EPYQ_OK);
+    ck_assert_uint_lt(epyq_model_last_bytes(m), per_tok);
+    epyq_batch all = {B, s, tok, NULL};
+    ck_assert(epyq_model_forward(m, &all, logits, NULL, &err) == EPYQ_OK);
+    uint64_t bb = epyq_model_last_bytes(m);
+    ck_assert_uint_gt(bb, per_tok);             /* 4 random tokens choose more than 8 experts */
+    ck_assert_uint_le(bb, (uint64_t)B * per_tok); /* and never more than 4 tokens' worth */
+    for (int i = 0; i < B; i++) epyq_seq_free(s[i]);
+    free(logits);
+    epyq_model_free(m);
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_requant");
     TCase *tc = tcase_create("requant");
@@ -200,6 +236,7 @@ int main(void) {
     tcase_add_test(tc, test_close_smaller_deterministic);
     tcase_add_test(tc, test_dense_on_int4_checkpoint_is_noop);
     tcase_add_test(tc, test_parse);
+    tcase_add_test(tc, test_last_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
