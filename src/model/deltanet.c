@@ -200,12 +200,15 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
         }
         /* out of memory for the gather: fall through to the recurrent form (same result) */
     }
+    size_t sd = (size_t)m->Dk * m->Dv;
     for (int32_t i = 0; i < n; i++) {
         int32_t t = toks[i];
         const float *ut = j->u + (size_t)t * cd;
         m->kt->gdn_step(S, ut + key_dim + (size_t)kh * m->Dk, ut + 2 * key_dim + (size_t)vh * m->Dv,
                         ut + (size_t)kh * m->Dk, expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh],
                         m->Dk, m->Dv, j->o + (size_t)t * Hv * m->Dv + (size_t)vh * m->Dv);
+        if (i < s->spec_n) /* speculative verification: the state after each token (seq.c) */
+            memcpy(s->spec_S + (((size_t)i * m->n_gdn + j->ly->slot) * Hv + vh) * sd, S, sd * sizeof(float));
     }
     gated_norm_rows(j, toks, n, vh);
 }
@@ -213,9 +216,14 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
 /* Causal depthwise conv + SiLU of channels [c0, c1) for one sequence's tokens, in order; the
  * state keeps raw inputs. */
 static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
-                       int32_t n, float *u, int32_t c0, int32_t c1) {
+                       int32_t n, float *u, int32_t c0, int32_t c1, float *snap, int32_t n_snap) {
     int32_t cd = m->conv_dim, Kc = m->Kc;
+    size_t snap_stride = (size_t)m->n_gdn * (size_t)(Kc - 1 > 0 ? Kc - 1 : 1) * cd;
     for (int32_t i = 0; i < n; i++) {
+        if (i > 0 && i - 1 < n_snap) /* the state after token i - 1 (speculative verification) */
+            for (int32_t r = 0; r < Kc - 1; r++)
+                memcpy(snap + (size_t)(i - 1) * snap_stride + (size_t)r * cd + c0, state + (size_t)r * cd + c0,
+                       (size_t)(c1 - c0) * sizeof(float));
         float *ut = u + (size_t)toks[i] * cd;
         for (int32_t c = c0; c < c1; c++) {
             const float *w = g->conv + (size_t)c * Kc;
@@ -226,6 +234,10 @@ static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, 
             ut[c] = siluf_(s);
         }
     }
+    if (n > 0 && n - 1 < n_snap)
+        for (int32_t r = 0; r < Kc - 1; r++)
+            memcpy(snap + (size_t)(n - 1) * snap_stride + (size_t)r * cd + c0, state + (size_t)r * cd + c0,
+                   (size_t)(c1 - c0) * sizeof(float));
 }
 
 typedef struct {
@@ -249,11 +261,13 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     int32_t key_dim = m->Hk * m->Dk, cd = m->conv_dim;
     const int32_t *toks = j->p->grp_tok + j->p->grp_off[grp];
     int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
-    float *state = j->p->seq[toks[0]]->conv + (size_t)j->ly->slot * (m->Kc - 1) * cd;
+    epyq_seq *sq = j->p->seq[toks[0]];
+    size_t layer_off = (size_t)j->ly->slot * (m->Kc - 1) * cd;
+    float *state = sq->conv + layer_off, *snap = sq->spec_n ? sq->spec_conv + layer_off : NULL;
     int32_t q0 = kh * m->Dk, k0 = key_dim + kh * m->Dk, v0 = 2 * key_dim + kh * r * m->Dv;
-    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk);
-    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk);
-    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv);
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk, snap, sq->spec_n);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk, snap, sq->spec_n);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv, snap, sq->spec_n);
     float qscale = 1.0f / sqrtf((float)m->Dk);
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];
@@ -287,7 +301,8 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
             {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
         epyq_rlin_run_many(m, proj, 4, &act);
         for (int32_t grp = 0; grp < p->n_groups; grp++)
-            chunked[grp] = m->gdn_chunk_min > 0 && p->grp_off[grp + 1] - p->grp_off[grp] >= m->gdn_chunk_min;
+            chunked[grp] = m->gdn_chunk_min > 0 && p->grp_off[grp + 1] - p->grp_off[grp] >= m->gdn_chunk_min &&
+                           !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
         prep_job pj = {m, ly, p, u, ba, gl, beta};
         epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->Hk);
         gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked};

@@ -41,16 +41,21 @@ epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epy
     return st;
 }
 
-epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits,
-                             epyq_err *err) {
+epyq_status epyq_head_run(epyq_model *m, const epyq_rlin *head, const float *x, int32_t rows,
+                          float *logits, epyq_err *err) {
     if (rows <= 0) return EPYQ_OK;
     epyq_act a;
     void *buf;
-    int32_t gs = m->lm_head.q4 ? m->lm_head.w4.gs : m->gs; /* a requantised head has its own */
+    int32_t gs = head->q4 ? head->w4.gs : m->gs; /* a requantised head has its own */
     epyq_status st = epyq_rlin_act_gs(m, x, rows, m->H, gs, &a, &buf, err);
-    if (st == EPYQ_OK) epyq_rlin_run(m, &m->lm_head, &a, logits, m->V);
+    if (st == EPYQ_OK) epyq_rlin_run(m, head, &a, logits, m->V);
     free(buf);
     return st;
+}
+
+epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits,
+                             epyq_err *err) {
+    return epyq_head_run(m, &m->lm_head, x, rows, logits, err);
 }
 
 static void plan_free(epyq_batch_plan *p) {

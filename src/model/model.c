@@ -152,7 +152,7 @@ void epyq_model_free(epyq_model *m) {
     layer_free(m, &m->mtp);
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
-    epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc);
+    epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc), epyq_rlin_free(&m->draft_head);
     free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);
     if (m->pool) epyq_pool_free(m->pool);
     epyq_weights_free(m->w);
@@ -216,6 +216,14 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
         TRY(epyq_rlin_requant(m, &m->lm_head, &w->lm_head, m->rq_lm_head, m->rq_gs, err));
     else
         TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
+    if (m->has_mtp && o->draft_head != EPYQ_REQUANT_NONE) {
+        /* drafts need only the argmax: a cheap copy of the head, the exact one verifies */
+        if (!m->rq_gs) m->rq_gs = epyq_requant_group(w);
+        if (w->lm_head.kind == EPYQ_LIN_Q4)
+            TRY(epyq_rlin_load(m, &m->draft_head, &w->lm_head, false, err));
+        else if (m->rq_gs > 0)
+            TRY(epyq_rlin_requant(m, &m->draft_head, &w->lm_head, o->draft_head, m->rq_gs, err));
+    }
     if (m->has_mtp) {
         TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
         TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->H, err));
@@ -271,6 +279,7 @@ int32_t epyq_model_threads(const epyq_model *m) { return m->n_threads; }
 void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) { m->gdn_chunk_min = min_tokens; }
 void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
+epyq_requant epyq_model_draft_head(const epyq_model *m) { return m->draft_head.n ? m->draft_head.requant : EPYQ_REQUANT_NONE; }
 void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense) {
     *lm_head = m->lm_head.requant, *dense = m->rq_dense;
 }

@@ -76,6 +76,9 @@ typedef struct {
     /* --requant: the lm_head, and the dense 16-bit linears (attention and DeltaNet projections
      * except the fp32 b/a gates, shared experts; never the router) requantised at load. */
     epyq_requant requant_lm_head, requant_dense;
+    /* With the MTP head loaded: a requantised copy of the lm_head that MTP drafts read
+     * (src/model/spec.c); verification always reads the lm_head itself. NONE = drafts read it. */
+    epyq_requant draft_head;
 } epyq_model_opts;
 
 typedef struct epyq_model epyq_model;
@@ -100,6 +103,8 @@ uint64_t epyq_model_active_bytes(const epyq_model *m);
  * expert, each routed expert its tokens chose once (a batch's distinct experts), and the
  * lm_head when logits were asked for. Batch 1 decode: close to epyq_model_active_bytes(). */
 uint64_t epyq_model_last_bytes(const epyq_model *m);
+/* The draft head's kind (NONE: drafts read the lm_head). */
+epyq_requant epyq_model_draft_head(const epyq_model *m);
 /* What --requant did: *lm_head / *dense as loaded (NONE where the linears are exact). */
 void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense);
 
@@ -113,6 +118,15 @@ void epyq_seq_free(epyq_seq *s);
 void epyq_seq_reset(epyq_seq *s);
 int32_t epyq_seq_pos(const epyq_seq *s);
 int32_t epyq_seq_ctx(const epyq_seq *s);
+/* Speculative verification: the next epyq_model_forward() feeds this sequence n tokens (1 ..
+ * EPYQ_SPEC_MAX, the last accepted token and the drafts) and keeps a copy of the DeltaNet
+ * states after each of them (n x the recurrent state: 63 MB each on the real model, allocated
+ * once). Then epyq_seq_rollback(s, keep) keeps the first `keep` of those tokens: states as
+ * after token keep, position = start + keep (attention KV past it is simply rewritten later).
+ * The rollback must follow that forward; it ends the speculation either way. */
+#define EPYQ_SPEC_MAX 8
+epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err);
+epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err);
 /* Bytes this sequence holds (KV + states). */
 uint64_t epyq_seq_bytes(const epyq_seq *s);
 

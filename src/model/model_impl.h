@@ -75,6 +75,7 @@ struct epyq_model {
     epyq_layer_rw *layers;           /* [L] */
     float *final_norm;          /* [H] */
     epyq_rlin lm_head;               /* [V][H] */
+    epyq_rlin draft_head;            /* [V][H] requantised copy for MTP drafts only; n = 0: none */
     bool has_mtp;
     epyq_rlin mtp_fc;                /* [H][2H] */
     float *mtp_norm_e, *mtp_norm_h, *mtp_norm; /* [H] */
@@ -94,6 +95,12 @@ struct epyq_seq {
     uint8_t *k, *v;             /* [n_kv_layers][n_ctx][nkv*hd] */
     float *conv;                /* [n_gdn][Kc-1][conv_dim] raw inputs, oldest first */
     float *S;                   /* [n_gdn][Hv][Dk][Dv] recurrent states */
+    /* Speculative verification (epyq_seq_spec_begin): the next forward snapshots the DeltaNet
+     * states after each of this sequence's first spec_n tokens, so epyq_seq_rollback can
+     * return to any of them. spec_cap = slots allocated. */
+    int32_t spec_n, spec_cap, spec_pos0;
+    float *spec_S;              /* [spec_cap][n_gdn][Hv][Dk][Dv] */
+    float *spec_conv;           /* [spec_cap][n_gdn][Kc-1][conv_dim] */
 };
 
 /* Per-call plan of a batch: where each token goes. */
@@ -164,6 +171,14 @@ epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epy
 void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps, float *y);
 /* logits [rows][V] = lm_head · x [rows][H] */
 epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits, epyq_err *err);
+
+/* ---- mtp.c: the MTP head; draft = read the draft head (if loaded) instead of the exact one */
+epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, const int32_t *tok,
+                         const int32_t *pos, int32_t n_logits, float *logits, float *h_out, bool draft,
+                         epyq_err *err);
+/* logits [rows][V] = head · x [rows][H] (the lm_head or a draft head) */
+epyq_status epyq_head_run(epyq_model *m, const epyq_rlin *head, const float *x, int32_t rows, float *logits,
+                          epyq_err *err);
 
 /* ---- seq.c: KV cache rows */
 void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v);

@@ -9,6 +9,12 @@
 epyq_status epyq_model_mtp(epyq_model *m, epyq_seq *s, int32_t n, const float *h,
                            const int32_t *tok, const int32_t *pos, int32_t n_logits,
                            float *logits, float *h_out, epyq_err *err) {
+    return epyq_mtp_run(m, s, n, h, tok, pos, n_logits, logits, h_out, false, err);
+}
+
+epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, const int32_t *tok,
+                         const int32_t *pos, int32_t n_logits, float *logits, float *h_out, bool draft,
+                         epyq_err *err) {
     if (!m->has_mtp) return epyq_err_set(err, EPYQ_E_ARG, "this model has no MTP head (mtp.*)");
     if (s->m != m) return epyq_err_set(err, EPYQ_E_ARG, "MTP: sequence of another model");
     if (n <= 0) return EPYQ_OK;
@@ -49,7 +55,9 @@ epyq_status epyq_model_mtp(epyq_model *m, epyq_seq *s, int32_t n, const float *h
     if (st == EPYQ_OK) {
         epyq_rmsnorm_zc_rows(x, m->mtp_norm, n, H, m->eps, x);
         if (h_out) memcpy(h_out, x, (size_t)n * H * sizeof(float));
-        if (logits && n_logits) st = epyq_lm_head_run(m, x + (size_t)(n - n_logits) * H, n_logits, logits, err);
+        const epyq_rlin *head = draft && m->draft_head.n ? &m->draft_head : &m->lm_head;
+        if (logits && n_logits)
+            st = epyq_head_run(m, head, x + (size_t)(n - n_logits) * H, n_logits, logits, err);
     }
     free(abuf), free(cat), free(x), free(seqs), free(pp), free(grp_tok);
     return st;

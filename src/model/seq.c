@@ -64,7 +64,7 @@ epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_k
 
 void epyq_seq_free(epyq_seq *s) {
     if (!s) return;
-    free(s->k), free(s->v), free(s->conv), free(s->S);
+    free(s->k), free(s->v), free(s->conv), free(s->S), free(s->spec_S), free(s->spec_conv);
     free(s);
 }
 
@@ -76,6 +76,50 @@ void epyq_seq_reset(epyq_seq *s) {
         memset(s->S, 0, (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv * sizeof(float));
     }
     s->pos = 0;
+    s->spec_n = 0;
+}
+
+static size_t state_floats(const epyq_model *m) { return (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv; }
+static size_t conv_floats(const epyq_model *m) {
+    return (size_t)m->n_gdn * (size_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1) * m->conv_dim;
+}
+
+epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err) {
+    if (n < 1 || n > EPYQ_SPEC_MAX)
+        return epyq_err_set(err, EPYQ_E_ARG, "speculative verification of %d tokens (1..%d)", n, EPYQ_SPEC_MAX);
+    const epyq_model *m = s->m;
+    if (m->n_gdn && n > s->spec_cap) {
+        free(s->spec_S), free(s->spec_conv);
+        s->spec_cap = 0;
+        s->spec_S = epyq_model_alloc((size_t)n, state_floats(m) * sizeof(float));
+        s->spec_conv = epyq_model_alloc((size_t)n, conv_floats(m) * sizeof(float));
+        if (!s->spec_S || !s->spec_conv) {
+            free(s->spec_S), free(s->spec_conv);
+            s->spec_S = s->spec_conv = NULL;
+            return epyq_err_set(err, EPYQ_E_NOMEM, "speculative state snapshots (%d x %zu MB): out of memory", n,
+                                state_floats(m) * sizeof(float) >> 20);
+        }
+        s->spec_cap = n;
+    }
+    s->spec_n = n, s->spec_pos0 = s->pos;
+    return EPYQ_OK;
+}
+
+epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err) {
+    int32_t n = s->spec_n;
+    s->spec_n = 0;
+    if (n <= 0) return epyq_err_set(err, EPYQ_E_ARG, "rollback without a speculative verification");
+    if (keep < 1 || keep > n || s->pos != s->spec_pos0 + n)
+        return epyq_err_set(err, EPYQ_E_ARG, "rollback to %d of %d verified tokens (position %d, started at %d)",
+                            keep, n, s->pos, s->spec_pos0);
+    const epyq_model *m = s->m;
+    if (keep < n && m->n_gdn) {
+        memcpy(s->S, s->spec_S + (size_t)(keep - 1) * state_floats(m), state_floats(m) * sizeof(float));
+        memcpy(s->conv, s->spec_conv + (size_t)(keep - 1) * conv_floats(m), conv_floats(m) * sizeof(float));
+    }
+    /* attention KV rows past the new position are never read before being written again */
+    s->pos = s->spec_pos0 + keep;
+    return EPYQ_OK;
 }
 
 int32_t epyq_seq_pos(const epyq_seq *s) { return s->pos; }

@@ -1,0 +1,178 @@
+/* src/model/spec.c — MTP speculative decoding of one sequence (spec.h).
+ *
+ * The step, with P the position of `next` (the last picked token, not yet fed):
+ *   drafts  d1 comes from the previous step's MTP pass (row: hidden at P - 1, token next);
+ *           d_i (i >= 2) from one MTP row (the previous row's output hidden, d_{i-1}, P + i - 2);
+ *   verify  the trunk runs [next, d1 .. dk] at P .. P + k with state snapshots;
+ *   accept  out[i] = pick(logits of position P + i) while it reproduces d_{i+1};
+ *   rollback  DeltaNet states back to after the last kept token (keep = tokens emitted);
+ *   MTP pass  rows (trunk hidden at P + r, out[r], P + r) for r < keep refill the MTP cache
+ *           with the kept positions and give d1 of the next step.
+ * Drafts are the MTP logits' argmax (as vLLM drafts); only the picks decide the output. */
+#include "model/spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "model/model_impl.h"
+#include "model/sample.h"
+
+struct epyq_spec {
+    epyq_model *m;
+    epyq_seq *s;
+    epyq_spec_opts o;
+    int32_t V, H;
+    int32_t next;                 /* picked, not yet fed: the token at position s->pos */
+    int32_t d[EPYQ_SPEC_MAX];     /* d[0] = d1, ready from the last MTP pass */
+    float *logits;                /* [k + 1][V] verification logits */
+    float *hid;                   /* [max(k + 1, prompt)][H] trunk hiddens */
+    int32_t hid_rows;
+    float *dlog;                  /* [V] draft logits */
+    float *dh;                    /* [H] MTP output hidden of the last draft row */
+    epyq_spec_stats st;
+};
+
+epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const epyq_spec_opts *o,
+                             epyq_err *err) {
+    *out = NULL;
+    if (!epyq_model_has_mtp(m))
+        return epyq_err_set(err, EPYQ_E_ARG, "--spec mtp: the model was loaded without its MTP head (mtp.*)");
+    if (o->k < 1 || o->k >= EPYQ_SPEC_MAX)
+        return epyq_err_set(err, EPYQ_E_ARG, "--draft %d: expected 1 .. %d drafts per step", o->k, EPYQ_SPEC_MAX - 1);
+    epyq_spec *sp = calloc(1, sizeof *sp);
+    if (!sp) return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: out of memory");
+    sp->m = m, sp->s = s, sp->o = *o;
+    sp->V = m->V, sp->H = m->H;
+    sp->logits = malloc((size_t)(o->k + 1) * sp->V * sizeof(float));
+    sp->dlog = malloc((size_t)sp->V * sizeof(float));
+    sp->dh = malloc((size_t)sp->H * sizeof(float));
+    if (!sp->logits || !sp->dlog || !sp->dh) {
+        epyq_spec_free(sp);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: out of memory");
+    }
+    *out = sp;
+    return EPYQ_OK;
+}
+
+void epyq_spec_free(epyq_spec *sp) {
+    if (!sp) return;
+    free(sp->logits), free(sp->hid), free(sp->dlog), free(sp->dh);
+    free(sp);
+}
+
+const epyq_spec_stats *epyq_spec_get_stats(const epyq_spec *sp) { return &sp->st; }
+
+static epyq_status hid_reserve(epyq_spec *sp, int32_t rows, epyq_err *err) {
+    if (rows <= sp->hid_rows) return EPYQ_OK;
+    float *h = realloc(sp->hid, (size_t)rows * sp->H * sizeof(float));
+    if (!h) return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: hidden states of %d rows", rows);
+    sp->hid = h, sp->hid_rows = rows;
+    return EPYQ_OK;
+}
+
+/* MTP rows r < n: (sp->hid[r], tok[r], pos0 + r); d1 and its output hidden from the last. */
+static epyq_status mtp_pass(epyq_spec *sp, const int32_t *tok, int32_t n, int32_t pos0, epyq_err *err) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    float *ho = malloc((size_t)n * sp->H * sizeof(float));
+    epyq_status st = pos && ho ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "MTP pass of %d rows: out of memory", n);
+    for (int32_t r = 0; st == EPYQ_OK && r < n; r++) pos[r] = pos0 + r;
+    if (st == EPYQ_OK) st = epyq_mtp_run(sp->m, sp->s, n, sp->hid, tok, pos, 1, sp->dlog, ho, true, err);
+    if (st == EPYQ_OK) {
+        sp->d[0] = epyq_argmax(sp->dlog, sp->V);
+        memcpy(sp->dh, ho + (size_t)(n - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    }
+    free(pos), free(ho);
+    return st;
+}
+
+epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, epyq_spec_pick_fn pick,
+                              void *ctx, int32_t *first, epyq_err *err) {
+    if (n < 1) return epyq_err_set(err, EPYQ_E_ARG, "speculative decoding: empty prompt");
+    epyq_status st = hid_reserve(sp, n > sp->o.k + 1 ? n : sp->o.k + 1, err);
+    epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
+    uint8_t *want = calloc((size_t)n, 1);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (st == EPYQ_OK && (!seqs || !want || !tok))
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "prompt of %d tokens: out of memory", n);
+    if (st == EPYQ_OK) {
+        for (int32_t i = 0; i < n; i++) seqs[i] = sp->s;
+        want[n - 1] = 1;
+        int32_t pos0 = epyq_seq_pos(sp->s);
+        epyq_batch b = {n, seqs, prompt, want};
+        double t0 = epyq_now();
+        st = epyq_model_forward(sp->m, &b, sp->logits, sp->hid, err);
+        sp->st.t_verify += epyq_now() - t0;
+        if (st == EPYQ_OK) {
+            sp->next = *first = pick(ctx, sp->logits);
+            /* MTP row r: (hidden at r, token at r + 1, position r) */
+            memcpy(tok, prompt + 1, (size_t)(n - 1) * sizeof *tok);
+            tok[n - 1] = sp->next;
+            t0 = epyq_now();
+            st = mtp_pass(sp, tok, n, pos0, err);
+            sp->st.t_draft += epyq_now() - t0;
+        }
+    }
+    free(seqs), free(want), free(tok);
+    return st;
+}
+
+epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out,
+                           int32_t *n_out, epyq_err *err) {
+    *n_out = 0;
+    const int32_t k = sp->o.k, P = epyq_seq_pos(sp->s), V = sp->V;
+    if (P + k + 1 > epyq_seq_ctx(sp->s))
+        return epyq_err_set(err, EPYQ_E_CTX_FULL, "speculative step at position %d needs %d more positions of a "
+                            "%d-token context", P, k + 1, epyq_seq_ctx(sp->s));
+    epyq_status st = EPYQ_OK;
+    /* drafts 2..k: one MTP row each; d_i is the token at position P + i */
+    double t0 = epyq_now();
+    if (sp->o.draft_override) sp->d[0] = sp->o.draft_override(sp->o.override_ctx, P + 1, sp->d[0]);
+    for (int32_t i = 1; st == EPYQ_OK && i < k; i++) {
+        int32_t pos = P + i - 1, tok = sp->d[i - 1];
+        st = epyq_mtp_run(sp->m, sp->s, 1, sp->dh, &tok, &pos, 1, sp->dlog, sp->dh, true, err);
+        if (st == EPYQ_OK) sp->d[i] = epyq_argmax(sp->dlog, V);
+        if (st == EPYQ_OK && sp->o.draft_override)
+            sp->d[i] = sp->o.draft_override(sp->o.override_ctx, P + i + 1, sp->d[i]);
+    }
+    sp->st.t_draft += epyq_now() - t0;
+    if (st != EPYQ_OK) return st;
+
+    /* verify [next, d1 .. dk] at P .. P + k */
+    int32_t tok[EPYQ_SPEC_MAX];
+    epyq_seq *seqs[EPYQ_SPEC_MAX];
+    tok[0] = sp->next;
+    for (int32_t i = 0; i < k; i++) tok[i + 1] = sp->d[i];
+    for (int32_t i = 0; i <= k; i++) seqs[i] = sp->s;
+    t0 = epyq_now();
+    st = epyq_seq_spec_begin(sp->s, k + 1, err);
+    epyq_batch b = {k + 1, seqs, tok, NULL};
+    if (st == EPYQ_OK) st = epyq_model_forward(sp->m, &b, sp->logits, sp->hid, err);
+    sp->st.t_verify += epyq_now() - t0;
+    if (st != EPYQ_OK) {
+        epyq_seq_rollback(sp->s, 1, NULL); /* ends the speculation; nothing was fed on a refusal */
+        return st;
+    }
+
+    /* accept: each pick is the token after the position it reads */
+    int32_t n = 0;
+    for (int32_t i = 0; i <= k; i++) {
+        int32_t x = sp->o.forced && i < k ? sp->d[i] : pick(ctx, sp->logits + (size_t)i * V);
+        out[n++] = x;
+        if (i == k || x != sp->d[i]) break;
+    }
+    t0 = epyq_now();
+    st = epyq_seq_rollback(sp->s, n, err);
+    sp->st.t_rollback += epyq_now() - t0;
+    sp->st.steps++, sp->st.emitted += n;
+    for (int32_t i = 0; i < n - 1; i++) sp->st.accepted[i]++;
+    if (st != EPYQ_OK) return st;
+    sp->next = out[n - 1];
+    *n_out = n;
+
+    /* refill the MTP cache with the kept positions; d1 of the next step */
+    t0 = epyq_now();
+    st = mtp_pass(sp, out, n, P, err);
+    sp->st.t_draft += epyq_now() - t0;
+    return st;
+}

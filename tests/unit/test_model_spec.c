@@ -1,0 +1,229 @@
+/* tests/unit/test_model_spec.c — MTP speculative decoding (src/model/spec.c):
+ *  - rollback: feeding [a, b, c] as a verification, keeping 1, 2 or 3 of them and feeding x
+ *    gives bit for bit the logits of a sequence that was fed prefix + kept + x directly (so the
+ *    DeltaNet state and conv snapshots are the states after each token);
+ *  - greedy identity: generation with --spec mtp (k = 1, 2, 3; exact or int4 draft head) emits
+ *    exactly the tokens of plain greedy decoding, on synthetic checkpoints of three formats and
+ *    on every ../shared fixture that has an MTP head;
+ *    — with the MTP's own drafts (which random weights almost never accept) and with drafts
+ *    taken from the plain output but wrong at every fifth position, so every acceptance length
+ *    and the bonus token occur;
+ *  - forced acceptance keeps its promise (k + 1 tokens a step, every draft counted accepted). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "model/sample.h"
+#include "model/spec.h"
+#include "tests/e2e/synth_model.h"
+
+static epyq_model *load(const char *dir, epyq_requant draft, bool mtp) {
+    epyq_model *m = NULL;
+    epyq_err err = {0};
+    epyq_model_opts o = {.n_threads = 2, .skip_mtp = !mtp, .draft_head = draft};
+    ck_assert_msg(epyq_model_load(&m, dir, &o, &err) == EPYQ_OK, "%s: %s", dir, err.msg);
+    return m;
+}
+
+static void feed(epyq_model *m, epyq_seq *s, const int32_t *tok, int32_t n, float *logits) {
+    epyq_seq *seqs[16];
+    ck_assert(n <= 16);
+    for (int32_t i = 0; i < n; i++) seqs[i] = s;
+    epyq_batch b = {n, seqs, tok, NULL};
+    epyq_err err = {0};
+    ck_assert_msg(epyq_model_forward(m, &b, logits, NULL, &err) == EPYQ_OK, "%s", err.msg);
+}
+
+START_TEST(test_rollback_exact) {
+    char *dir = synth_model("ct", 21);
+    ck_assert(dir);
+    epyq_model *m = load(dir, EPYQ_REQUANT_NONE, false);
+    int32_t V = epyq_model_config(m)->vocab_size;
+    float *la = malloc((size_t)16 * V * sizeof(float)), *lb = malloc((size_t)16 * V * sizeof(float));
+    const int32_t prefix[] = {7, 99, 300, 12}, ver[] = {41, 512, 6}, x = 77;
+    epyq_err err = {0};
+    for (int32_t keep = 1; keep <= 3; keep++) {
+        epyq_seq *s = NULL, *r = NULL;
+        ck_assert(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK);
+        ck_assert(epyq_seq_create(&r, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK);
+        feed(m, s, prefix, 4, la);
+        ck_assert(epyq_seq_spec_begin(s, 3, &err) == EPYQ_OK);
+        feed(m, s, ver, 3, la);
+        ck_assert(epyq_seq_rollback(s, keep, &err) == EPYQ_OK);
+        ck_assert_int_eq(epyq_seq_pos(s), 4 + keep);
+        feed(m, s, &x, 1, la);
+        int32_t direct[8];
+        memcpy(direct, prefix, sizeof prefix);
+        memcpy(direct + 4, ver, (size_t)keep * sizeof(int32_t));
+        direct[4 + keep] = x;
+        feed(m, r, direct, 5 + keep, lb);
+        ck_assert_msg(!memcmp(la, lb + (size_t)(4 + keep) * V, (size_t)V * sizeof(float)),
+                      "keep %d: logits after the rollback differ from the direct sequence", keep);
+        /* a rollback without a verification, or past it, is refused */
+        ck_assert(epyq_seq_rollback(s, 1, &err) == EPYQ_E_ARG);
+        epyq_seq_free(s), epyq_seq_free(r);
+    }
+    free(la), free(lb);
+    epyq_model_free(m);
+    free(dir);
+}
+END_TEST
+
+static int32_t pick_greedy(void *ctx, const float *logits) { return epyq_argmax(logits, *(int32_t *)ctx); }
+
+enum { PROMPT = 6, GEN = 24 };
+
+/* Plain greedy: GEN tokens after the prompt. */
+static void greedy_plain(epyq_model *m, const int32_t *prompt, int32_t *outv) {
+    int32_t V = epyq_model_config(m)->vocab_size;
+    float *lg = malloc((size_t)PROMPT * V * sizeof(float));
+    epyq_seq *s = NULL;
+    epyq_err err = {0};
+    ck_assert(epyq_seq_create(&s, m, 64, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    feed(m, s, prompt, PROMPT, lg);
+    outv[0] = epyq_argmax(lg + (size_t)(PROMPT - 1) * V, V);
+    for (int i = 1; i < GEN; i++) {
+        feed(m, s, &outv[i - 1], 1, lg);
+        outv[i] = epyq_argmax(lg, V);
+    }
+    epyq_seq_free(s);
+    free(lg);
+}
+
+/* Drafts from the plain greedy output, wrong on every fifth position: every acceptance
+ * length from 0 to k drafts (and the bonus token) occurs. */
+typedef struct {
+    const int32_t *want;
+    int32_t V;
+} oracle;
+
+static int32_t oracle_draft(void *ctx, int32_t pos, int32_t d) {
+    const oracle *o = ctx;
+    int32_t i = pos - PROMPT;
+    if (i < 0 || i >= GEN) return d;
+    return i % 5 == 3 ? (o->want[i] + 1) % o->V : o->want[i];
+}
+
+static int64_t greedy_spec_o(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
+                             int32_t *outv, epyq_spec_stats *stats);
+
+static int64_t greedy_spec(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, int32_t *outv,
+                           epyq_spec_stats *stats) {
+    return greedy_spec_o(m, prompt, k, forced, NULL, outv, stats);
+}
+
+static int64_t greedy_spec_o(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
+                             int32_t *outv, epyq_spec_stats *stats) {
+    int32_t V = epyq_model_config(m)->vocab_size;
+    epyq_seq *s = NULL;
+    epyq_spec *sp = NULL;
+    epyq_err err = {0};
+    ck_assert(epyq_seq_create(&s, m, 64, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    epyq_spec_opts o = {.k = k, .forced = forced, .draft_override = orc ? oracle_draft : NULL,
+                        .override_ctx = (void *)orc};
+    ck_assert_msg(epyq_spec_create(&sp, m, s, &o, &err) == EPYQ_OK, "%s", err.msg);
+    int32_t n = 0, step[EPYQ_SPEC_MAX];
+    ck_assert_msg(epyq_spec_prefill(sp, prompt, PROMPT, pick_greedy, &V, &outv[n++], &err) == EPYQ_OK, "%s", err.msg);
+    while (n < GEN) {
+        int32_t got;
+        ck_assert_msg(epyq_spec_step(sp, pick_greedy, &V, step, &got, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert(got >= 1 && got <= k + 1);
+        for (int32_t i = 0; i < got && n < GEN; i++) outv[n++] = step[i];
+    }
+    *stats = *epyq_spec_get_stats(sp);
+    epyq_spec_free(sp);
+    epyq_seq_free(s);
+    return n;
+}
+
+static void identity_on(const char *dir) {
+    static const int32_t prompt[PROMPT] = {11, 250, 3, 871, 64, 5};
+    epyq_model *plain = load(dir, EPYQ_REQUANT_NONE, false);
+    int32_t want[GEN], got[GEN];
+    greedy_plain(plain, prompt, want);
+    epyq_model_free(plain);
+    for (int d = 0; d < 2; d++) {
+        epyq_model *m = load(dir, d ? EPYQ_REQUANT_INT4 : EPYQ_REQUANT_NONE, true);
+        for (int32_t k = 1; k <= 3; k++) {
+            epyq_spec_stats st;
+            greedy_spec(m, prompt, k, false, got, &st);
+            for (int i = 0; i < GEN; i++)
+                ck_assert_msg(got[i] == want[i], "%s k=%d draft head %s: token %d is %d, plain greedy %d", dir, k,
+                              d ? "int4" : "exact", i, got[i], want[i]);
+            ck_assert(st.steps > 0 && st.emitted >= st.steps);
+            /* the same with drafts that are mostly right: partial and full acceptance */
+            oracle orc = {want, epyq_model_config(m)->vocab_size};
+            epyq_spec_stats so;
+            greedy_spec_o(m, prompt, k, false, &orc, got, &so);
+            for (int i = 0; i < GEN; i++)
+                ck_assert_msg(got[i] == want[i], "%s k=%d oracle drafts: token %d is %d, plain greedy %d", dir, k, i,
+                              got[i], want[i]);
+            ck_assert(so.accepted[k - 1] > 0); /* some steps took every draft and the bonus */
+            ck_assert(so.emitted > so.steps);
+            if (d == 0)
+                fprintf(stderr, "%s k=%d: MTP drafts %.2f tokens/step; oracle drafts %.2f tokens/step\n", dir, k,
+                        (double)st.emitted / st.steps, (double)so.emitted / so.steps);
+        }
+        epyq_model_free(m);
+    }
+}
+
+START_TEST(test_greedy_identity_synth) {
+    static const char *fmts[] = {"ct", "gptq", "bf16"};
+    char *dir = synth_model(fmts[_i], 31 + (uint64_t)_i);
+    ck_assert(dir);
+    identity_on(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_greedy_identity_fixtures) {
+    const char *root = epyq_test_shared("fixtures/models");
+    if (!root) return; /* counted by main: the suite exits 77 when nothing ran */
+    char base[4096];
+    snprintf(base, sizeof base, "%s", root);
+    static const char *names[] = {"tiny-bf16", "tiny-gptq", "tiny-ct", "tiny-quark"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/%s", base, names[i]);
+        identity_on(dir);
+    }
+}
+END_TEST
+
+START_TEST(test_forced) {
+    char *dir = synth_model("ct", 41);
+    ck_assert(dir);
+    epyq_model *m = load(dir, EPYQ_REQUANT_INT4, true);
+    static const int32_t prompt[PROMPT] = {2, 4, 8, 16, 32, 64};
+    int32_t got[GEN];
+    epyq_spec_stats st;
+    greedy_spec(m, prompt, 3, true, got, &st);
+    ck_assert_int_eq(st.emitted, 4 * st.steps);
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(st.accepted[i], st.steps);
+    epyq_model_free(m);
+    free(dir);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model_spec");
+    TCase *tc = tcase_create("spec");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_rollback_exact);
+    tcase_add_loop_test(tc, test_greedy_identity_synth, 0, getenv("EPYQ_FAST") ? 1 : 3);
+    tcase_add_test(tc, test_forced);
+    suite_add_tcase(s, tc);
+    TCase *fx = tcase_create("fixtures");
+    tcase_set_timeout(fx, 600);
+    if (epyq_test_shared("fixtures/models")) tcase_add_test(fx, test_greedy_identity_fixtures);
+    suite_add_tcase(s, fx);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    if (!epyq_test_shared("fixtures/models")) fprintf(stderr, "fixtures: ../shared absent, fixture identity not run\n");
+    return failed ? 1 : 0;
+}
