@@ -9,12 +9,13 @@
 #include "core/util.h"
 
 bool epyq_bench_progress_init(epyq_bench_progress *p, const int *pp, int n_pp, const int *tg, int n_tg,
-                              const int *bat, int n_bat, const int *thr, int n_thr, int n_paths, int reps,
-                              bool warmup) {
+                              const int *bat, int n_bat, const int *thr, int n_thr, int n_paths, int n_spec,
+                              int reps, bool warmup) {
     *p = (epyq_bench_progress){.tty = isatty(STDERR_FILENO), .t0 = epyq_now()};
     int per = reps + (warmup ? 1 : 0), n = 0;
     for (int i = 0; i < n_pp; i++) n += pp[i] > 0 ? per : 0;
-    for (int i = 0; i < n_tg; i++) n += tg[i] > 0 ? per * n_bat : 0;
+    for (int i = 0; i < n_tg; i++)
+        for (int b = 0; tg[i] > 0 && b < n_bat; b++) n += per * (bat[b] == 1 ? n_spec : 1);
     n *= n_thr * n_paths;
     p->runs = calloc((size_t)(n ? n : 1), sizeof *p->runs);
     p->secs = calloc((size_t)(n ? n : 1), sizeof *p->secs);
@@ -29,8 +30,8 @@ bool epyq_bench_progress_init(epyq_bench_progress *p, const int *pp, int n_pp, c
                     p->runs[p->n_runs++] = (epyq_bench_run){true, pp[i], 1, thr[t], warmup && r == 0};
             for (int i = 0; i < n_tg; i++)
                 for (int b = 0; tg[i] > 0 && b < n_bat; b++)
-                    for (int r = 0; r < per; r++) {
-                        bool w = warmup && r == 0;
+                    for (int r = 0; r < per * (bat[b] == 1 ? n_spec : 1); r++) {
+                        bool w = warmup && r % per == 0;
                         p->runs[p->n_runs++] =
                             (epyq_bench_run){false, w && tg[i] > 8 ? 8 : tg[i], bat[b], thr[t], w};
                     }

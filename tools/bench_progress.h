@@ -26,11 +26,12 @@ typedef struct {
     int n_runs, done;
 } epyq_bench_progress;
 
-/* Plan: tests of every thread count in the order cmd_bench runs them. Returns false on OOM
+/* Plan: tests of every thread count in the order cmd_bench runs them (batch-1 tg once per
+ * --spec entry). Returns false on OOM
  * (the bench then simply runs without a progress line). */
 bool epyq_bench_progress_init(epyq_bench_progress *p, const int *pp, int n_pp, const int *tg, int n_tg,
-                              const int *bat, int n_bat, const int *thr, int n_thr, int n_paths, int reps,
-                              bool warmup);
+                              const int *bat, int n_bat, const int *thr, int n_thr, int n_paths, int n_spec,
+                              int reps, bool warmup);
 /* Run `done` (index into the plan) is about to start: redraw the line. */
 void epyq_bench_progress_start(epyq_bench_progress *p, int rep, int reps);
 /* The run that just started took secs seconds. */

@@ -26,6 +26,7 @@
 #include "kernels-x86/membw.h"
 #include "model/model.h"
 #include "model/sample.h"
+#include "model/spec.h"
 #include "tools/bench_progress.h"
 #include "tools/cmd.h"
 #include "tools/tool_model.h"
@@ -44,16 +45,22 @@ typedef struct {
     int n_paths;
     epyq_kv_type kv;
     epyq_requant rq_lm_head, rq_dense; /* --requant */
+    struct { int k; bool forced; } spec[MAX_LIST]; /* --spec: k = 0 none, else mtp:k[:forced] */
+    int n_spec;
+    double accept[EPYQ_SPEC_MAX];  /* --accept: per-position acceptance for projections */
+    int n_accept;
+    epyq_requant draft_head;       /* --draft-head */
     size_t membw_bytes;
     epyq_numa_opts numa;
     bool use_numa; /* a --numa flag was given; otherwise one pool, as before */
 } opts;
 
 typedef struct {
-    char model[128], format[64], test[32], isa[24], numa[24], path[8];
+    char model[128], format[64], test[48], isa[24], numa[24], path[8], spec[32];
     double size_gib, params_b;
     int threads, batch, n_prompt, n_gen;
     double ts_mean, ts_sd, gbps, pct, bw_read;
+    double accept_len; /* tokens per forward of the sequence: 1 without speculation */
 } row;
 
 static void usage(FILE *f) {
@@ -76,6 +83,11 @@ static void usage(FILE *f) {
             "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
             "                           (default a8; switched without reloading the model)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
+            "  --spec LIST              none, mtp:K (MTP drafts, K per step) or mtp:K:forced (every\n"
+            "                           draft accepted: the cost side, benchmark only); batch-1 tg\n"
+            "  --accept LIST            with mtp:K:forced: t/s projected at these per-position\n"
+            "                           acceptance rates (e.g. 0.93,0.85)\n"
+            "  --draft-head KIND        int4 (default), int8 or bf16: the lm_head copy MTP drafts read\n"
             "  --requant SPEC           lm_head=int8|int4, dense=int8|int4 (comma-separated):\n"
             "                           16-bit linears requantised at load (default: exact)\n"
             "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
@@ -111,6 +123,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"membw-mb", required_argument, 0, 'W'},   {"no-warmup", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},             {"numa", required_argument, 0, 'U'},
         {"numa-split", required_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
+        {"spec", required_argument, 0, 'X'},       {"accept", required_argument, 0, 'A'},
+        {"draft-head", required_argument, 0, 'D'},
         {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
@@ -119,6 +133,8 @@ static int parse(int argc, char **argv, opts *o) {
     o->reps = 5;
     o->paths[0] = EPYQ_PATH_A8, o->n_paths = 1;
     o->warmup = true;
+    o->n_spec = 1;
+    o->draft_head = EPYQ_REQUANT_INT4;
     o->membw_bytes = (size_t)1024 << 20;
     epyq_numa_opts_init(&o->numa);
     int c, rc, li = 0;
@@ -164,6 +180,47 @@ static int parse(int argc, char **argv, opts *o) {
             else return fprintf(stderr, "epyq bench: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
             break;
         case 'N': o->warmup = false; break;
+        case 'X':
+            o->n_spec = 0;
+            for (const char *p = optarg; *p;) {
+                size_t l = strcspn(p, ",");
+                int k = 0, used = 0;
+                char tail[16] = "";
+                if (o->n_spec == MAX_LIST) return fprintf(stderr, "epyq bench: --spec: at most %d entries\n", MAX_LIST), 2;
+                if (l == 4 && !strncmp(p, "none", 4)) k = 0;
+                else if (sscanf(p, "mtp:%d%n", &k, &used) == 1 && k >= 1 && k < EPYQ_SPEC_MAX &&
+                         ((size_t)used == l || (l - (size_t)used == 7 && !strncmp(p + used, ":forced", 7))))
+                    snprintf(tail, sizeof tail, "%s", (size_t)used == l ? "" : "forced");
+                else
+                    return fprintf(stderr, "epyq bench: --spec: expected none, mtp:K or mtp:K:forced with K in 1..%d, "
+                                   "got '%.*s'\n", EPYQ_SPEC_MAX - 1, (int)l, p), 2;
+                o->spec[o->n_spec].k = k, o->spec[o->n_spec].forced = tail[0] != 0;
+                o->n_spec++;
+                p += l + (p[l] == ',');
+            }
+            if (!o->n_spec) return fprintf(stderr, "epyq bench: --spec: empty list\n"), 2;
+            break;
+        case 'A':
+            o->n_accept = 0;
+            for (const char *p = optarg; *p;) {
+                char *end;
+                double v = strtod(p, &end);
+                if (end == p || v < 0 || v > 1 || (*end && *end != ',') || o->n_accept == EPYQ_SPEC_MAX - 1)
+                    return fprintf(stderr, "epyq bench: --accept: expected up to %d rates in [0, 1], got '%s'\n",
+                                   EPYQ_SPEC_MAX - 1, optarg), 2;
+                o->accept[o->n_accept++] = v;
+                p = *end ? end + 1 : end;
+            }
+            break;
+        case 'D': {
+            epyq_requant dummy = EPYQ_REQUANT_NONE;
+            char spec[32];
+            snprintf(spec, sizeof spec, "lm_head=%s", optarg);
+            epyq_err e = {0};
+            if (epyq_requant_parse(spec, &o->draft_head, &dummy, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq bench: --draft-head: expected int4, int8 or bf16, got '%s'\n", optarg), 2;
+            break;
+        }
         case 'Q': {
             epyq_err e = {0};
             if (epyq_requant_parse(optarg, &o->rq_lm_head, &o->rq_dense, &e) != EPYQ_OK)
@@ -242,6 +299,31 @@ static double run_tg(bench_ctx *c, int n, int B, epyq_err *err) {
     return epyq_now() - t0;
 }
 
+static int32_t pick_argmax(void *ctx, const float *logits) { return epyq_argmax(logits, ((bench_ctx *)ctx)->V); }
+
+/* One timed speculative generation of at least n tokens from one prompt token (the last step
+ * may emit up to k more; *stv counts them all). */
+static double run_tg_spec(bench_ctx *c, int n, int k, bool forced, epyq_spec_stats *stv, epyq_err *err) {
+    epyq_seq *s = c->seqs[0];
+    epyq_seq_reset(s);
+    epyq_spec *sp = NULL;
+    epyq_spec_opts so = {.k = k, .forced = forced};
+    if (epyq_spec_create(&sp, c->m, s, &so, err) != EPYQ_OK) return -1;
+    int32_t prompt = synth_token(1000, c->V), first, out[EPYQ_SPEC_MAX];
+    double t0 = epyq_now();
+    epyq_status st = epyq_spec_prefill(sp, &prompt, 1, pick_argmax, c, &first, err);
+    for (int64_t emitted = 1; st == EPYQ_OK && emitted < n;) {
+        int32_t got;
+        st = epyq_spec_step(sp, pick_argmax, c, out, &got, err);
+        emitted += got;
+    }
+    double dt = epyq_now() - t0;
+    *stv = *epyq_spec_get_stats(sp);
+    epyq_spec_free(sp);
+    c->bytes = 0; /* not counted: drafts, verification and the MTP pass read different weights */
+    return st == EPYQ_OK ? dt : -1;
+}
+
 /* A run with the progress line around it (rep 0 = the warm-up). */
 static double timed_pp(bench_ctx *c, int n, int rep, epyq_err *err) {
     epyq_bench_progress_start(c->pg, rep, c->o->reps);
@@ -267,11 +349,11 @@ static void stats(const double *v, int n, double *mean, double *sd) {
 
 static void print_header(out_fmt f) {
     if (f == OUT_MD) {
-        printf("| model | format | size | params | isa | path | threads | numa | test | t/s | GB/s | %% read bw |\n");
-        printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | ---: | ---: | ---: |\n");
+        printf("| model | format | size | params | isa | path | threads | numa | test | spec | accept | t/s | GB/s | %% read bw |\n");
+        printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     } else if (f == OUT_CSV) {
-        printf("model,format,size_gib,params_b,isa,path,threads,numa,test,n_prompt,n_gen,n_batch,avg_ts,stddev_ts,"
-               "gbps,read_gbps,pct_read_bw\n");
+        printf("model,format,size_gib,params_b,isa,path,threads,numa,test,spec,accept_len,n_prompt,n_gen,n_batch,avg_ts,"
+               "stddev_ts,gbps,read_gbps,pct_read_bw\n");
     } else if (f == OUT_JSON) {
         printf("[\n");
     }
@@ -284,19 +366,22 @@ static void print_row(out_fmt f, const row *r, bool first) {
         else snprintf(size, sizeof size, "%.2f MiB", r->size_gib * 1024.0);
         if (r->params_b >= 1.0) snprintf(params, sizeof params, "%.2f B", r->params_b);
         else snprintf(params, sizeof params, "%.2f M", r->params_b * 1000.0);
-        printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
-               r->format, size, params, r->isa, r->path, r->threads, r->numa, r->test, r->ts_mean, r->ts_sd, r->gbps, r->pct);
+        printf("| %s | %s | %s | %s | %s | %s | %d | %s | %s | %s | %.2f | %.2f ± %.2f | %.2f | %.1f%% |\n", r->model,
+               r->format, size, params, r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->ts_mean,
+               r->ts_sd, r->gbps, r->pct);
     } else if (f == OUT_CSV) {
-        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format, r->size_gib,
-               r->params_b, r->isa, r->path, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd,
-               r->gbps, r->bw_read, r->pct);
+        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%s,%.3f,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format,
+               r->size_gib, r->params_b, r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt,
+               r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct);
     } else {
         printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", \"path\": \"%s\", "
-               "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, "
+               "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"spec\": \"%s\", \"accept_len\": %.3f, "
+               "\"n_prompt\": %d, \"n_gen\": %d, "
                "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
                "\"pct_read_bw\": %.2f}%s",
                f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b, r->isa,
-               r->path, r->threads, r->numa, r->test, r->n_prompt, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps,
+               r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt, r->n_gen, r->batch, r->ts_mean,
+               r->ts_sd, r->gbps,
                r->bw_read, r->pct, f == OUT_JSONL ? "\n" : "");
     }
     fflush(stdout);
@@ -330,7 +415,10 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
     epyq_numa_opts numa = o->numa;
     numa.n_threads = threads;
-    epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = true,
+    bool any_spec = false;
+    for (int i = 0; i < o->n_spec; i++) any_spec |= o->spec[i].k > 0;
+    epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = !any_spec,
+                          .draft_head = any_spec ? o->draft_head : EPYQ_REQUANT_NONE,
                           .numa = o->use_numa ? &numa : NULL, .requant_lm_head = o->rq_lm_head,
                           .requant_dense = o->rq_dense};
     bench_ctx c = {.o = o, .pg = pg};
@@ -351,7 +439,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     double *gbs = calloc((size_t)o->reps, sizeof(double)), sd; /* weight GB/s per repetition */
     if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes || !gbs)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2;
+    int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2 + EPYQ_SPEC_MAX; /* a last step's drafts */
     for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
 
     row r = {0};
@@ -389,6 +477,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         if (st != EPYQ_OK) break;
         stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
         snprintf(r.test, sizeof r.test, "pp%d", n);
+        snprintf(r.spec, sizeof r.spec, "none");
+        r.accept_len = 1.0;
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
         stats(gbs, o->reps, &r.gbps, &sd);
         paired_pct(probes, o->reps, bw, &r);
@@ -398,25 +488,74 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     }
     for (int i = 0; st == EPYQ_OK && i < o->n_tg; i++) {
         for (int bi = 0; st == EPYQ_OK && bi < o->n_bat; bi++) {
-            int n = o->tg[i], B = o->bat[bi];
+          for (int si = 0; st == EPYQ_OK && si < (o->bat[bi] == 1 ? o->n_spec : 1); si++) {
+            int n = o->tg[i], B = o->bat[bi], K = o->spec[si].k;
+            bool forced = o->spec[si].forced;
             if (n == 0) continue;
-            if (o->warmup && timed_tg(&c, n < 8 ? n : 8, B, 0, err) < 0) st = err->code;
-            for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
-                double dt = timed_tg(&c, n, B, k + 1, err);
+            epyq_spec_stats sv = {0};
+            double tsteps = 0, acc = 0, split[3] = {0};
+            if (o->warmup) {
+                double dt;
+                if (K) {
+                    epyq_bench_progress_start(pg, 0, o->reps);
+                    dt = run_tg_spec(&c, n < 8 ? n : 8, K, forced, &sv, err);
+                    epyq_bench_progress_done(pg, dt);
+                } else {
+                    dt = timed_tg(&c, n < 8 ? n : 8, B, 0, err);
+                }
                 if (dt < 0) st = err->code;
-                else samples[k] = (double)n * B / dt, gbs[k] = c.bytes / dt / 1e9;
+            }
+            for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
+                if (K) {
+                    epyq_bench_progress_start(pg, k + 1, o->reps);
+                    double dt = run_tg_spec(&c, n, K, forced, &sv, err);
+                    epyq_bench_progress_done(pg, dt);
+                    if (dt < 0) st = err->code;
+                    else {
+                        samples[k] = (double)(sv.emitted + 1) / dt, gbs[k] = 0;
+                        tsteps += dt / (double)(sv.steps ? sv.steps : 1), acc += (double)sv.emitted / (double)(sv.steps ? sv.steps : 1);
+                        split[0] += sv.t_draft / (double)(sv.steps ? sv.steps : 1);
+                        split[1] += sv.t_verify / (double)(sv.steps ? sv.steps : 1);
+                        split[2] += sv.t_rollback / (double)(sv.steps ? sv.steps : 1);
+                    }
+                } else {
+                    double dt = timed_tg(&c, n, B, k + 1, err);
+                    if (dt < 0) st = err->code;
+                    else samples[k] = (double)n * B / dt, gbs[k] = c.bytes / dt / 1e9;
+                }
                 probes[k] = probe_gbps(o, threads);
             }
             if (st != EPYQ_OK) break;
             stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
             if (B == 1) snprintf(r.test, sizeof r.test, "tg%d", n);
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
+            if (K) snprintf(r.spec, sizeof r.spec, "mtp:%d%s", K, forced ? ":forced" : "");
+            else snprintf(r.spec, sizeof r.spec, "none");
+            r.accept_len = K ? acc / o->reps : 1.0;
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
             stats(gbs, o->reps, &r.gbps, &sd);
             paired_pct(probes, o->reps, bw, &r);
             epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
             *first = false;
+            if (K)
+                fprintf(stderr, "spec %s: per verify step %.1f ms = drafts %.1f + verify %.1f + rollback %.2f ms, "
+                        "%.2f tokens/step\n", r.spec, 1e3 * tsteps / o->reps, 1e3 * split[0] / o->reps,
+                        1e3 * split[1] / o->reps, 1e3 * split[2] / o->reps, r.accept_len);
+            if (K && forced && o->n_accept) {
+                /* the measured cost of a step, at the asked acceptance: 1 + sum of the rates of
+                 * positions 1..K tokens a step (positions past the list accept nothing) */
+                double tok = 1.0;
+                for (int a = 0; a < K && a < o->n_accept; a++) tok += o->accept[a];
+                row pr = r;
+                int l = snprintf(pr.spec, sizeof pr.spec, "mtp:%d@", K);
+                for (int a = 0; a < K && a < o->n_accept && l > 0 && (size_t)l < sizeof pr.spec; a++)
+                    l += snprintf(pr.spec + l, sizeof pr.spec - (size_t)l, "%s%.2f", a ? "," : "", o->accept[a]);
+                pr.ts_mean = tok / (tsteps / o->reps), pr.ts_sd = 0, pr.accept_len = tok;
+                snprintf(pr.test, sizeof pr.test, "tg%d projected", n);
+                print_row(o->out, &pr, false);
+            }
+          }
         }
     }
     }
@@ -449,7 +588,7 @@ int epyq_cmd_bench(int argc, char **argv) {
         bool first = true;
         epyq_bench_progress pg;
         epyq_bench_progress_init(&pg, o.pp, o.n_pp, o.tg, o.n_tg, o.bat, o.n_bat, o.thr, o.n_thr, o.n_paths,
-                                 o.reps, o.warmup);
+                                 o.n_spec, o.reps, o.warmup);
         print_header(o.out);
         for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
             st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &pg, &err);

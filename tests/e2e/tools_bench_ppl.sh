@@ -4,7 +4,7 @@
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 BN="bench -m $M -t 1 -p 8 -n 4 -b 1,2 -r 2 --membw-mb 8"
-COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
+COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","spec","accept_len","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
 expect 0 "bench -o json" "$EPYQ" $BN -o json
 jq -e --argjson cols "$COLS" '
   length == 3 and (map(.test) == ["pp8","tg4","tg4 b2"]) and
@@ -21,6 +21,15 @@ expect 0 "bench -o md" "$EPYQ" $BN -o md
 [ "$(grep -c '^|.*pp8\|^|.*tg4' "$T/out")" = 3 ] && grep -q '^| *model' "$T/out" && ok "markdown table" ||
     { fail "markdown table"; cat "$T/out"; }
 expect 2 "bench -o xml" "$EPYQ" $BN -o xml
+
+# Speculative rows: real drafts, forced acceptance (k + 1 tokens a step) and a projection.
+expect 0 "bench --spec" "$EPYQ" bench -m "$M" -t 1 -p 0 -n 8 -r 1 --membw-mb 8 -o jsonl \
+    --spec none,mtp:2,mtp:2:forced --accept 0.9,0.8
+jq -e -s '[.[].spec] == ["none","mtp:2","mtp:2:forced","mtp:2@0.90,0.80"] and .[2].accept_len == 3 and
+          (.[3].accept_len - 2.7 | fabs) < 1e-6 and .[1].accept_len >= 1 and all(.[]; .avg_ts > 0)' "$T/out" >/dev/null &&
+    ok "spec rows: none, real, forced, projected" || { fail "spec rows"; cat "$T/out"; }
+expect 2 "bench --spec mtp:9" "$EPYQ" bench -m "$M" --spec mtp:9
+expect 2 "bench --spec bogus" "$EPYQ" bench -m "$M" --spec eagle
 
 # Perplexity: 12 lines of text, window 32 (stride 16).
 i=0; while [ $i -lt 12 ]; do echo "The quick brown fox jumps over the lazy dog, time $i."; i=$((i + 1)); done >"$T/text.txt"
