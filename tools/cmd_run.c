@@ -12,6 +12,7 @@
 
 #include "core/util.h"
 #include "tok/chat.h"
+#include "model/spec.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"
@@ -39,6 +40,11 @@ static void usage(FILE *f) {
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
             "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
             "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
+            "  --spec mtp|none        MTP speculative decoding (default none): drafts from the MTP\n"
+            "                         head, verified in one pass; the output is the same tokens\n"
+            "                         (greedy) or the same distribution (sampling)\n"
+            "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
+            "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head copy drafts read\n"
             "  -h, --help             this text\n");
 }
 
@@ -53,6 +59,9 @@ typedef struct {
     int n_predict, ctx, threads;
     bool chat, no_think;
     epyq_numpath path;
+    int spec_k;             /* --spec mtp: drafts per step; 0 = off */
+    int draft;              /* --draft */
+    epyq_requant draft_head;
     /* sampling overrides: NAN / -1 = keep generation_config's */
     double temp, top_p, min_p, rep, pres;
     long top_k;
@@ -60,7 +69,8 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN };
+    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN, O_SPEC, O_DRAFT,
+           O_DHEAD };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},  {"synthetic", required_argument, 0, O_SYN},
         {"prompt", required_argument, 0, 'p'}, {"file", required_argument, 0, 'f'},
@@ -70,7 +80,12 @@ static int parse(int argc, char **argv, opts *o) {
         {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
         {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
         {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
-        {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'},
+        {"spec", required_argument, 0, O_SPEC}, {"draft", required_argument, 0, O_DRAFT},
+        {"draft-head", required_argument, 0, O_DHEAD}, {0, 0, 0, 0}};
+    bool spec = false;
+    o->draft = 2;
+    o->draft_head = EPYQ_REQUANT_INT4;
     o->n_predict = 128;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
@@ -107,11 +122,32 @@ static int parse(int argc, char **argv, opts *o) {
                 return fprintf(stderr, "epyq run: --path: expected a16 or a8, got '%s'\n", optarg), 2;
             o->path = (epyq_numpath)epyq_numpath_parse(optarg);
             break;
+        case O_SPEC:
+            if (!strcmp(optarg, "mtp")) spec = true;
+            else if (!strcmp(optarg, "none")) spec = false;
+            else return fprintf(stderr, "epyq run: --spec: expected mtp or none, got '%s'\n", optarg), 2;
+            break;
+        case O_DRAFT: {
+            long v;
+            if (epyq_tool_opt_long("epyq run", optarg, 1, EPYQ_SPEC_MAX - 1, &v)) return 2;
+            o->draft = (int)v;
+            break;
+        }
+        case O_DHEAD: {
+            epyq_requant none = EPYQ_REQUANT_NONE;
+            char spec_s[40];
+            epyq_err e = {0};
+            snprintf(spec_s, sizeof spec_s, "lm_head=%s", optarg);
+            if (epyq_requant_parse(spec_s, &o->draft_head, &none, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq run: --draft-head: expected int4, int8 or bf16, got '%s'\n", optarg), 2;
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq run: bad option (try --help)\n"); return 2;
         }
     }
     if (optind < argc) return fprintf(stderr, "epyq run: unexpected argument '%s'\n", argv[optind]), 2;
+    o->spec_k = spec ? o->draft : 0;
     if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq run: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
     if (!o->prompt == !o->file) return fprintf(stderr, "epyq run: give exactly one of -p TEXT or -f FILE\n"), 2;
     return -1;
@@ -157,7 +193,8 @@ int epyq_cmd_run(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
     if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
+    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = o.spec_k == 0,
+                          .draft_head = o.spec_k ? o.draft_head : EPYQ_REQUANT_NONE};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
@@ -169,7 +206,13 @@ int epyq_cmd_run(int argc, char **argv) {
         if ((int64_t)n_ids > want)
             st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %lld (-c)", n_ids,
                               (long long)want);
+        if (st == EPYQ_OK && o.spec_k && !epyq_model_has_mtp(m))
+            st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
+        /* a last speculative step may verify up to --draft positions past the answer */
+        if (st == EPYQ_OK && o.spec_k && !o.ctx) want += o.spec_k + 1;
+        if (want > cfg->max_position_embeddings) want = cfg->max_position_embeddings;
         if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, (int32_t)want, &sp, &err);
+        g.spec_k = o.spec_k;
     }
     epyq_gen_stats gs = {0};
     if (st == EPYQ_OK) {
@@ -180,6 +223,13 @@ int epyq_cmd_run(int argc, char **argv) {
         fprintf(stderr, "[ prompt %d tokens, %.2f t/s | generation %d tokens, %.2f t/s | finish: %s ]\n",
                 gs.n_prompt, gs.t_prompt > 0 ? gs.n_prompt / gs.t_prompt : 0.0, gs.n_gen,
                 gs.t_gen > 0 ? gs.n_gen / gs.t_gen : 0.0, epyq_finish_name(gs.finish));
+        if (o.spec_k && gs.spec_steps) {
+            fprintf(stderr, "[ spec mtp:%d: %lld steps, %.2f tokens/step, accepted by position:", o.spec_k,
+                    (long long)gs.spec_steps, (double)gs.spec_emitted / (double)gs.spec_steps);
+            for (int i = 0; i < o.spec_k && i < 8; i++)
+                fprintf(stderr, " %.2f", (double)gs.spec_accepted[i] / (double)gs.spec_steps);
+            fprintf(stderr, " ]\n");
+        }
     }
     if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
     epyq_gen_free(&g);

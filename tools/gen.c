@@ -1,6 +1,8 @@
 /* tools/gen.c — see gen.h. */
 #include "tools/gen.h"
 
+#include "model/spec.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +61,77 @@ static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logit
     return st;
 }
 
+typedef struct {
+    epyq_sampler *smp;
+} spec_pick_ctx;
+
+/* The sampler picks every emitted token in order (spec.h: a sampled pick that reproduces the
+ * draft accepts it, so sampling stays exact) and records it for the penalties. */
+static int32_t spec_pick(void *ctx, const float *logits) {
+    spec_pick_ctx *c = ctx;
+    int32_t t = epyq_sampler_sample(c->smp, logits);
+    epyq_sampler_accept(c->smp, t, true);
+    return t;
+}
+
+/* Emit one generated token: ids, stats, eos and streamed text. false = stop here. */
+static bool emit(epyq_gen *g, epyq_tok_stream *ts, int32_t tok, int32_t k, int32_t *gen_ids, epyq_gen_stats *stats,
+                 void (*on_text)(void *ctx, const char *text, size_t len), void *ctx, epyq_status *st, epyq_err *err) {
+    if (gen_ids) gen_ids[k] = tok;
+    stats->n_gen++;
+    if (epyq_is_eos(epyq_model_config(g->model), tok)) {
+        stats->finish = EPYQ_FINISH_STOP;
+        return false;
+    }
+    char *piece = NULL;
+    *st = epyq_tok_stream_push(ts, tok, &piece, err);
+    if (*st == EPYQ_OK && piece && *piece && on_text) on_text(ctx, piece, strlen(piece));
+    free(piece);
+    return *st == EPYQ_OK;
+}
+
+/* The speculative loop: prefill + MTP prime, then steps of 1 .. k + 1 tokens. */
+static epyq_status gen_spec(epyq_gen *g, const int32_t *ids, size_t n_ids, int32_t max_new,
+                            volatile sig_atomic_t *cancel, epyq_sampler *smp, epyq_tok_stream *ts,
+                            void (*on_text)(void *ctx, const char *text, size_t len), void *ctx, int32_t *gen_ids,
+                            epyq_gen_stats *stats, epyq_err *err) {
+    epyq_spec *sp = NULL;
+    epyq_spec_opts so = {.k = g->spec_k};
+    spec_pick_ctx pc = {smp};
+    int32_t first, out[EPYQ_SPEC_MAX];
+    epyq_status st = epyq_spec_create(&sp, g->model, g->seq, &so, err);
+    double t0 = epyq_now();
+    if (st == EPYQ_OK) st = epyq_spec_prefill(sp, ids, (int32_t)n_ids, spec_pick, &pc, &first, err);
+    stats->t_prompt = epyq_now() - t0;
+    t0 = epyq_now();
+    int32_t k = 0;
+    bool go = st == EPYQ_OK && max_new > 0 && emit(g, ts, first, k++, gen_ids, stats, on_text, ctx, &st, err);
+    while (go && k < max_new) {
+        if (cancel && *cancel) {
+            stats->finish = EPYQ_FINISH_CANCEL;
+            break;
+        }
+        int32_t got = 0;
+        st = epyq_spec_step(sp, spec_pick, &pc, out, &got, err);
+        if (st == EPYQ_E_CTX_FULL) { /* no room for k + 1 more positions: the context ends here */
+            st = EPYQ_OK;
+            stats->finish = EPYQ_FINISH_CTX;
+            break;
+        }
+        for (int32_t i = 0; st == EPYQ_OK && go && i < got && k < max_new; i++)
+            go = emit(g, ts, out[i], k++, gen_ids, stats, on_text, ctx, &st, err);
+        if (st != EPYQ_OK) go = false;
+    }
+    stats->t_gen = epyq_now() - t0;
+    if (sp) {
+        const epyq_spec_stats *ss = epyq_spec_get_stats(sp);
+        stats->spec_steps = ss->steps, stats->spec_emitted = ss->emitted;
+        for (int i = 0; i < 8 && i < EPYQ_SPEC_MAX; i++) stats->spec_accepted[i] = ss->accepted[i];
+    }
+    epyq_spec_free(sp);
+    return st;
+}
+
 epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int32_t max_new,
                               volatile sig_atomic_t *cancel,
                               void (*on_text)(void *ctx, const char *text, size_t len), void *ctx,
@@ -79,6 +152,12 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
     if (!logits || !ts) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     if (st == EPYQ_OK) st = epyq_sampler_create(&smp, &g->sp, V, err);
     for (size_t i = 0; st == EPYQ_OK && i < n_ids; i++) epyq_sampler_accept(smp, ids[i], false);
+    stats->n_prompt = (int32_t)n_ids;
+    stats->finish = EPYQ_FINISH_LENGTH;
+    if (st == EPYQ_OK && g->spec_k > 0) {
+        st = gen_spec(g, ids, n_ids, max_new, cancel, smp, ts, on_text, ctx, gen_ids, stats, err);
+        goto finish;
+    }
 
     double t0 = epyq_now();
     for (size_t i = 0; st == EPYQ_OK && i < n_ids; i += (size_t)g->chunk) {
@@ -114,13 +193,14 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
         }
         if (k + 1 < max_new) st = feed(g, &tok, 1, logits, err);
     }
+    stats->t_gen = epyq_now() - t0;
+finish:
     if (st == EPYQ_OK) {
         char *rest = NULL;
         st = epyq_tok_stream_finish(ts, &rest, err);
         if (st == EPYQ_OK && rest && *rest && on_text) on_text(ctx, rest, strlen(rest));
         free(rest);
     }
-    stats->t_gen = epyq_now() - t0;
     epyq_tok_stream_free(ts);
     epyq_sampler_free(smp);
     free(logits);

@@ -37,6 +37,9 @@ typedef struct {
     epyq_seq *seq;           /* owned */
     epyq_sample_params sp;
     int32_t chunk;           /* prefill chunk (tokens per forward call) */
+    int32_t spec_k;          /* > 0: MTP speculative decoding with spec_k drafts a step (one-shot
+                                generations only: the sequence then also holds verified tokens
+                                past a stop, so it is not continued) */
 } epyq_gen;
 
 typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;
@@ -46,6 +49,8 @@ typedef struct {
     int32_t n_prompt, n_gen;
     double t_prompt, t_gen;  /* seconds */
     epyq_finish finish;
+    int64_t spec_steps, spec_emitted;      /* speculative: verify steps, tokens they emitted */
+    int64_t spec_accepted[8];              /* [i] steps whose draft i + 1 was accepted */
 } epyq_gen_stats;
 
 epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,

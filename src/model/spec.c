@@ -99,9 +99,15 @@ epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, e
         for (int32_t i = 0; i < n; i++) seqs[i] = sp->s;
         want[n - 1] = 1;
         int32_t pos0 = epyq_seq_pos(sp->s);
-        epyq_batch b = {n, seqs, prompt, want};
         double t0 = epyq_now();
-        st = epyq_model_forward(sp->m, &b, sp->logits, sp->hid, err);
+        /* in chunks, as a plain prefill would run (activations stay bounded); every row's
+         * hidden is kept for the MTP pass */
+        enum { CHUNK = 256 };
+        for (int32_t i = 0; st == EPYQ_OK && i < n; i += CHUNK) {
+            int32_t c = n - i < CHUNK ? n - i : CHUNK;
+            epyq_batch b = {c, seqs, prompt + i, want + i};
+            st = epyq_model_forward(sp->m, &b, sp->logits, sp->hid + (size_t)i * sp->H, err);
+        }
         sp->st.t_verify += epyq_now() - t0;
         if (st == EPYQ_OK) {
             sp->next = *first = pick(ctx, sp->logits);

@@ -15,6 +15,17 @@ printf 'The quick brown fox' >"$T/prompt.txt"
 expect 0 "run -f FILE" "$EPYQ" $R -f "$T/prompt.txt"
 cmp -s "$T/out" "$T/run1" || fail "run -f gave other text than -p"
 expect 0 "run --chat --no-think" "$EPYQ" $R --chat --no-think -p "Hi"
+# MTP speculative decoding: the same text, greedy and sampled with the same seed, and its stats
+expect 0 "run --spec mtp" "$EPYQ" $R --spec mtp --draft 3 -p "The quick brown fox"
+cmp -s "$T/out" "$T/run1" || fail "run --spec mtp gave other text than plain decoding"
+grep -q '^\[ spec mtp:3: [0-9]* steps, [0-9.]* tokens/step, accepted by position: [0-9. ]*\]$' "$T/err" ||
+    fail "run --spec: no speculation stats line"
+expect 0 "run --temp 0" "$EPYQ" $R --temp 0 -p "The quick brown fox"
+cp "$T/out" "$T/greedy"
+expect 0 "run --temp 0 --spec mtp" "$EPYQ" $R --temp 0 --spec mtp -p "The quick brown fox"
+cmp -s "$T/out" "$T/greedy" || fail "run --spec mtp (greedy) gave other text than plain greedy"
+expect 2 "run --draft 9" "$EPYQ" $R --spec mtp --draft 9 -p x
+expect 2 "run --spec eagle" "$EPYQ" $R --spec eagle -p x
 expect 1 "run prompt past -c" "$EPYQ" $R -c 4 -p "a b c d e f g h i j k l m n o p"
 grep -q '^epyq: .*context' "$T/err" || fail "run: over-long prompt message does not name the context"
 
