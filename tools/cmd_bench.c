@@ -45,7 +45,7 @@ typedef struct {
     int n_paths;
     epyq_kv_type kv;
     epyq_requant rq_lm_head, rq_dense; /* --requant */
-    struct { int k; bool forced; } spec[MAX_LIST]; /* --spec: k = 0 none, else mtp:k[:forced] */
+    struct { int k; bool forced, fixed; } spec[MAX_LIST]; /* --spec: k = 0 none, else mtp:k[:forced|:fixed] */
     int n_spec;
     double accept[EPYQ_SPEC_MAX];  /* --accept: per-position acceptance for projections */
     int n_accept;
@@ -83,7 +83,8 @@ static void usage(FILE *f) {
             "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
             "                           (default a8; switched without reloading the model)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
-            "  --spec LIST              none, mtp:K (MTP drafts, K per step) or mtp:K:forced (every\n"
+            "  --spec LIST              none, mtp:K (MTP drafts, K per step, adaptive as in run),\n"
+            "                           mtp:K:fixed (drafting every step) or mtp:K:forced (every\n"
             "                           draft accepted: the cost side, benchmark only); batch-1 tg\n"
             "  --accept LIST            with mtp:K:forced: t/s projected at these per-position\n"
             "                           acceptance rates (e.g. 0.93,0.85)\n"
@@ -189,12 +190,14 @@ static int parse(int argc, char **argv, opts *o) {
                 if (o->n_spec == MAX_LIST) return fprintf(stderr, "epyq bench: --spec: at most %d entries\n", MAX_LIST), 2;
                 if (l == 4 && !strncmp(p, "none", 4)) k = 0;
                 else if (sscanf(p, "mtp:%d%n", &k, &used) == 1 && k >= 1 && k < EPYQ_SPEC_MAX &&
-                         ((size_t)used == l || (l - (size_t)used == 7 && !strncmp(p + used, ":forced", 7))))
-                    snprintf(tail, sizeof tail, "%s", (size_t)used == l ? "" : "forced");
+                         ((size_t)used == l || (l - (size_t)used == 7 && !strncmp(p + used, ":forced", 7)) ||
+                          (l - (size_t)used == 6 && !strncmp(p + used, ":fixed", 6))))
+                    snprintf(tail, sizeof tail, "%s", (size_t)used == l ? "" : p[used + 2] == 'o' ? "forced" : "fixed");
                 else
-                    return fprintf(stderr, "epyq bench: --spec: expected none, mtp:K or mtp:K:forced with K in 1..%d, "
+                    return fprintf(stderr, "epyq bench: --spec: expected none, mtp:K, mtp:K:fixed or mtp:K:forced with K in 1..%d, "
                                    "got '%.*s'\n", EPYQ_SPEC_MAX - 1, (int)l, p), 2;
-                o->spec[o->n_spec].k = k, o->spec[o->n_spec].forced = tail[0] != 0;
+                o->spec[o->n_spec].k = k, o->spec[o->n_spec].forced = !strcmp(tail, "forced");
+                o->spec[o->n_spec].fixed = !strcmp(tail, "fixed");
                 o->n_spec++;
                 p += l + (p[l] == ',');
             }
@@ -303,11 +306,12 @@ static int32_t pick_argmax(void *ctx, const float *logits) { return epyq_argmax(
 
 /* One timed speculative generation of at least n tokens from one prompt token (the last step
  * may emit up to k more; *stv counts them all). */
-static double run_tg_spec(bench_ctx *c, int n, int k, bool forced, epyq_spec_stats *stv, epyq_err *err) {
+static double run_tg_spec(bench_ctx *c, int n, int k, bool forced, bool fixed, epyq_spec_stats *stv,
+                          epyq_err *err) {
     epyq_seq *s = c->seqs[0];
     epyq_seq_reset(s);
     epyq_spec *sp = NULL;
-    epyq_spec_opts so = {.k = k, .forced = forced};
+    epyq_spec_opts so = {.k = k, .forced = forced, .adaptive = !fixed};
     if (epyq_spec_create(&sp, c->m, s, &so, err) != EPYQ_OK) return -1;
     int32_t prompt = synth_token(1000, c->V), first, out[EPYQ_SPEC_MAX];
     double t0 = epyq_now();
@@ -490,15 +494,15 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         for (int bi = 0; st == EPYQ_OK && bi < o->n_bat; bi++) {
           for (int si = 0; st == EPYQ_OK && si < (o->bat[bi] == 1 ? o->n_spec : 1); si++) {
             int n = o->tg[i], B = o->bat[bi], K = o->spec[si].k;
-            bool forced = o->spec[si].forced;
+            bool forced = o->spec[si].forced, fixed = o->spec[si].fixed;
             if (n == 0) continue;
             epyq_spec_stats sv = {0};
-            double tsteps = 0, acc = 0, split[3] = {0};
+            double tsteps = 0, acc = 0, split[3] = {0}, plain = 0, switches = 0;
             if (o->warmup) {
                 double dt;
                 if (K) {
                     epyq_bench_progress_start(pg, 0, o->reps);
-                    dt = run_tg_spec(&c, n < 8 ? n : 8, K, forced, &sv, err);
+                    dt = run_tg_spec(&c, n < 8 ? n : 8, K, forced, fixed, &sv, err);
                     epyq_bench_progress_done(pg, dt);
                 } else {
                     dt = timed_tg(&c, n < 8 ? n : 8, B, 0, err);
@@ -508,11 +512,12 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
                 if (K) {
                     epyq_bench_progress_start(pg, k + 1, o->reps);
-                    double dt = run_tg_spec(&c, n, K, forced, &sv, err);
+                    double dt = run_tg_spec(&c, n, K, forced, fixed, &sv, err);
                     epyq_bench_progress_done(pg, dt);
                     if (dt < 0) st = err->code;
                     else {
-                        samples[k] = (double)(sv.emitted + 1) / dt, gbs[k] = 0;
+                        samples[k] = (double)(sv.emitted + sv.plain + 1) / dt, gbs[k] = 0;
+                        plain += (double)sv.plain, switches += (double)sv.switches;
                         tsteps += dt / (double)(sv.steps ? sv.steps : 1), acc += (double)sv.emitted / (double)(sv.steps ? sv.steps : 1);
                         split[0] += sv.t_draft / (double)(sv.steps ? sv.steps : 1);
                         split[1] += sv.t_verify / (double)(sv.steps ? sv.steps : 1);
@@ -529,7 +534,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
             if (B == 1) snprintf(r.test, sizeof r.test, "tg%d", n);
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
-            if (K) snprintf(r.spec, sizeof r.spec, "mtp:%d%s", K, forced ? ":forced" : "");
+            if (K) snprintf(r.spec, sizeof r.spec, "mtp:%d%s", K, forced ? ":forced" : fixed ? ":fixed" : "");
             else snprintf(r.spec, sizeof r.spec, "none");
             r.accept_len = K ? acc / o->reps : 1.0;
             r.n_prompt = 0, r.n_gen = n, r.batch = B;
@@ -538,7 +543,10 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
             *first = false;
-            if (K)
+            if (K && plain > 0)
+                fprintf(stderr, "spec %s: adaptive: %.0f of %d tokens a repetition decoded plainly, %.1f switches\n",
+                        r.spec, plain / o->reps, n, switches / o->reps);
+            else if (K)
                 fprintf(stderr, "spec %s: per verify step %.1f ms = drafts %.1f + verify %.1f + rollback %.2f ms, "
                         "%.2f tokens/step\n", r.spec, 1e3 * tsteps / o->reps, 1e3 * split[0] / o->reps,
                         1e3 * split[1] / o->reps, 1e3 * split[2] / o->reps, r.accept_len);

@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
             "  --spec mtp|none        MTP speculative decoding (default none): drafts from the MTP\n"
             "                         head, verified in one pass; the output is the same tokens\n"
-            "                         (greedy) or the same distribution (sampling)\n"
+            "                         (greedy) or the same distribution (sampling); adaptive: plain\n"
+            "                         steps while drafting does not pay\n"
             "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
             "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head copy drafts read\n"
             "  -h, --help             this text\n");

@@ -31,7 +31,18 @@ struct epyq_spec {
     float *dlog;                  /* [V] draft logits */
     float *dh;                    /* [H] MTP output hidden of the last draft row */
     epyq_spec_stats st;
+    /* adaptive (spec.h): the mode, its window, and the plain stretch's MTP rows to catch up */
+    bool plain;
+    int32_t left;                 /* steps (spec probe) or tokens (plain stretch) left in the window */
+    int32_t hold;                 /* length of the next plain stretch */
+    double w_time;                /* seconds and tokens of the current window */
+    int64_t w_tok;
+    double cost_spec, cost_plain; /* seconds per emitted token last measured; 0 = not yet */
+    float *ph;                    /* [pcap][H] plain stretch: trunk hiddens ... */
+    int32_t *ptok, pn, pcap, ppos0; /* ... the tokens after them, count, capacity, first position */
 };
+
+enum { PROBE_STEPS = 8, HOLD_MIN = 64, HOLD_MAX = 4096 };
 
 epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const epyq_spec_opts *o,
                              epyq_err *err) {
@@ -43,6 +54,7 @@ epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const 
     epyq_spec *sp = calloc(1, sizeof *sp);
     if (!sp) return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: out of memory");
     sp->m = m, sp->s = s, sp->o = *o;
+    sp->left = PROBE_STEPS, sp->hold = HOLD_MIN;
     sp->V = m->V, sp->H = m->H;
     sp->logits = malloc((size_t)(o->k + 1) * sp->V * sizeof(float));
     sp->dlog = malloc((size_t)sp->V * sizeof(float));
@@ -57,7 +69,7 @@ epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const 
 
 void epyq_spec_free(epyq_spec *sp) {
     if (!sp) return;
-    free(sp->logits), free(sp->hid), free(sp->dlog), free(sp->dh);
+    free(sp->logits), free(sp->hid), free(sp->dlog), free(sp->dh), free(sp->ph), free(sp->ptok);
     free(sp);
 }
 
@@ -123,8 +135,98 @@ epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, e
     return st;
 }
 
-epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out,
-                           int32_t *n_out, epyq_err *err) {
+/* One plain token: feed next, pick the one after it; keep the MTP row for the catch-up. */
+static epyq_status plain_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
+                              epyq_err *err) {
+    const int32_t P = epyq_seq_pos(sp->s), H = sp->H;
+    if (P + 1 > epyq_seq_ctx(sp->s))
+        return epyq_err_set(err, EPYQ_E_CTX_FULL, "decode step at position %d: the %d-token context is full", P,
+                            epyq_seq_ctx(sp->s));
+    if (sp->pn == sp->pcap) {
+        int32_t cap = sp->pcap ? 2 * sp->pcap : 64;
+        float *h = realloc(sp->ph, (size_t)cap * H * sizeof(float));
+        if (h) sp->ph = h;
+        int32_t *t = realloc(sp->ptok, (size_t)cap * sizeof(int32_t));
+        if (t) sp->ptok = t;
+        if (!h || !t) return epyq_err_set(err, EPYQ_E_NOMEM, "decode step: out of memory");
+        sp->pcap = cap;
+    }
+    if (!sp->pn) sp->ppos0 = P;
+    epyq_seq *seqs[1] = {sp->s};
+    epyq_batch b = {1, seqs, &sp->next, NULL};
+    double t0 = epyq_now();
+    epyq_status st = epyq_model_forward(sp->m, &b, sp->logits, sp->ph + (size_t)sp->pn * H, err);
+    sp->st.t_verify += epyq_now() - t0;
+    if (st != EPYQ_OK) return st;
+    out[0] = sp->next = pick(ctx, sp->logits);
+    sp->ptok[sp->pn++] = out[0];
+    sp->st.plain++;
+    *n_out = 1;
+    return EPYQ_OK;
+}
+
+/* Back to drafting: the MTP cache catches up on the plain stretch (rows in chunks). */
+static epyq_status catch_up(epyq_spec *sp, epyq_err *err) {
+    enum { ROWS = 256 };
+    epyq_status st = hid_reserve(sp, ROWS > sp->o.k + 1 ? ROWS : sp->o.k + 1, err);
+    double t0 = epyq_now();
+    for (int32_t i = 0; st == EPYQ_OK && i < sp->pn; i += ROWS) {
+        int32_t c = sp->pn - i < ROWS ? sp->pn - i : ROWS;
+        memcpy(sp->hid, sp->ph + (size_t)i * sp->H, (size_t)c * sp->H * sizeof(float));
+        st = mtp_pass(sp, sp->ptok + i, c, sp->ppos0 + i, err);
+    }
+    sp->st.t_draft += epyq_now() - t0;
+    sp->pn = 0;
+    return st;
+}
+
+static epyq_status spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
+                             epyq_err *err);
+
+epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
+                           epyq_err *err) {
+    *n_out = 0;
+    bool adaptive = sp->o.adaptive && !sp->o.forced;
+    if (!sp->plain && epyq_seq_pos(sp->s) + sp->o.k + 1 > epyq_seq_ctx(sp->s) &&
+        epyq_seq_pos(sp->s) + 1 <= epyq_seq_ctx(sp->s)) /* no room for the drafts: the last tokens plainly */
+        return plain_step(sp, pick, ctx, out, n_out, err);
+    double t0 = epyq_now();
+    epyq_status st = sp->plain ? plain_step(sp, pick, ctx, out, n_out, err) : spec_step(sp, pick, ctx, out, n_out, err);
+    if (st != EPYQ_OK || !adaptive) return st;
+    sp->w_time += epyq_now() - t0, sp->w_tok += *n_out;
+    /* a window is PROBE_STEPS speculative steps, or a plain stretch (its first PROBE_STEPS
+     * tokens measure plain decoding when there is no figure yet) */
+    if (--sp->left > 0) return st;
+    double cost = sp->w_time / (double)(sp->w_tok ? sp->w_tok : 1);
+    sp->w_time = 0, sp->w_tok = 0;
+    if (!sp->plain) {
+        sp->cost_spec = cost;
+        if (sp->cost_plain > 0 && cost <= sp->cost_plain) { /* speculation pays: keep it, halve the hold */
+            sp->left = PROBE_STEPS;
+            if (sp->hold > HOLD_MIN) sp->hold /= 2;
+            return st;
+        }
+        sp->plain = true, sp->st.switches++;
+        sp->left = sp->cost_plain > 0 ? sp->hold : PROBE_STEPS;
+        return st;
+    }
+    if (sp->left == 0 && sp->cost_plain == 0) { /* the first plain figure */
+        sp->cost_plain = cost;
+        if (sp->cost_spec <= cost) { /* speculation was faster after all */
+            sp->plain = false, sp->st.switches++, sp->left = PROBE_STEPS;
+            return catch_up(sp, err);
+        }
+        sp->left = sp->hold;
+        return st;
+    }
+    sp->cost_plain = cost;
+    if (sp->hold < HOLD_MAX) sp->hold *= 2; /* speculation lost last time: wait longer next time */
+    sp->plain = false, sp->st.switches++, sp->left = PROBE_STEPS;
+    return catch_up(sp, err);
+}
+
+static epyq_status spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
+                             epyq_err *err) {
     *n_out = 0;
     const int32_t k = sp->o.k, P = epyq_seq_pos(sp->s), V = sp->V;
     if (P + k + 1 > epyq_seq_ctx(sp->s))

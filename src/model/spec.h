@@ -28,12 +28,20 @@ typedef struct {
      * test can make drafts right or wrong at will and reach every acceptance length. */
     int32_t (*draft_override)(void *ctx, int32_t pos, int32_t d);
     void *override_ctx;
+    /* Adaptive: measure the time per emitted token of speculative steps against plain
+     * one-token steps and run whichever is faster; when plain wins, it runs for a stretch that
+     * doubles each time speculation loses again (64 .. 4096 tokens), then speculation is
+     * probed anew (the MTP cache first catches up on the plain stretch in one pass). So at
+     * near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
+    bool adaptive;
 } epyq_spec_opts;
 
 typedef struct {
     int64_t steps;                       /* verification forwards */
     int64_t emitted;                     /* tokens emitted by steps */
     int64_t accepted[EPYQ_SPEC_MAX];     /* [i] steps whose draft i + 1 was accepted */
+    int64_t plain;                       /* adaptive: tokens decoded without drafts */
+    int64_t switches;                    /* adaptive: changes between the two modes */
     double t_draft, t_verify, t_rollback; /* seconds in each phase */
 } epyq_spec_stats;
 
@@ -47,8 +55,8 @@ void epyq_spec_free(epyq_spec *sp);
  * and prime the MTP cache. */
 epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, epyq_spec_pick_fn pick,
                               void *ctx, int32_t *first, epyq_err *err);
-/* One step: out [k + 1] receives *n_out tokens (1 .. k + 1), in order; the last one is not yet
- * fed (the next step feeds it). Refused with EPYQ_E_CTX_FULL when k + 1 more positions do not
+/* One step: out [k + 1] receives *n_out tokens (1 .. k + 1; 1 in an adaptive plain stretch), in
+ * order; the last one is not yet fed (the next step feeds it). Refused with EPYQ_E_CTX_FULL when k + 1 more positions do not
  * fit (the caller then finishes without speculation or stops). */
 epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out,
                            int32_t *n_out, epyq_err *err);

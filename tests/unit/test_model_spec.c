@@ -73,18 +73,20 @@ END_TEST
 
 static int32_t pick_greedy(void *ctx, const float *logits) { return epyq_argmax(logits, *(int32_t *)ctx); }
 
-enum { PROMPT = 6, GEN = 24 };
+enum { PROMPT = 6, GEN = 24, GEN_LONG = 200 };
 
 /* Plain greedy: GEN tokens after the prompt. */
-static void greedy_plain(epyq_model *m, const int32_t *prompt, int32_t *outv) {
+static void greedy_plain_n(epyq_model *m, const int32_t *prompt, int32_t *outv, int gen);
+static void greedy_plain(epyq_model *m, const int32_t *prompt, int32_t *outv) { greedy_plain_n(m, prompt, outv, GEN); }
+static void greedy_plain_n(epyq_model *m, const int32_t *prompt, int32_t *outv, int gen) {
     int32_t V = epyq_model_config(m)->vocab_size;
     float *lg = malloc((size_t)PROMPT * V * sizeof(float));
     epyq_seq *s = NULL;
     epyq_err err = {0};
-    ck_assert(epyq_seq_create(&s, m, 64, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    ck_assert(epyq_seq_create(&s, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
     feed(m, s, prompt, PROMPT, lg);
     outv[0] = epyq_argmax(lg + (size_t)(PROMPT - 1) * V, V);
-    for (int i = 1; i < GEN; i++) {
+    for (int i = 1; i < gen; i++) {
         feed(m, s, &outv[i - 1], 1, lg);
         outv[i] = epyq_argmax(lg, V);
     }
@@ -96,41 +98,45 @@ static void greedy_plain(epyq_model *m, const int32_t *prompt, int32_t *outv) {
  * length from 0 to k drafts (and the bonus token) occurs. */
 typedef struct {
     const int32_t *want;
-    int32_t V;
+    int32_t V, n;
 } oracle;
 
 static int32_t oracle_draft(void *ctx, int32_t pos, int32_t d) {
     const oracle *o = ctx;
     int32_t i = pos - PROMPT;
-    if (i < 0 || i >= GEN) return d;
+    if (i < 0 || i >= o->n) return d;
     return i % 5 == 3 ? (o->want[i] + 1) % o->V : o->want[i];
 }
 
+static int64_t greedy_spec_n(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
+                             bool adaptive, int gen, int32_t *outv, epyq_spec_stats *stats);
 static int64_t greedy_spec_o(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
-                             int32_t *outv, epyq_spec_stats *stats);
+                             int32_t *outv, epyq_spec_stats *stats) {
+    return greedy_spec_n(m, prompt, k, forced, orc, false, GEN, outv, stats);
+}
 
 static int64_t greedy_spec(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, int32_t *outv,
                            epyq_spec_stats *stats) {
     return greedy_spec_o(m, prompt, k, forced, NULL, outv, stats);
 }
 
-static int64_t greedy_spec_o(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
-                             int32_t *outv, epyq_spec_stats *stats) {
+static int64_t greedy_spec_n(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
+                             bool adaptive, int gen, int32_t *outv, epyq_spec_stats *stats) {
     int32_t V = epyq_model_config(m)->vocab_size;
     epyq_seq *s = NULL;
     epyq_spec *sp = NULL;
     epyq_err err = {0};
-    ck_assert(epyq_seq_create(&s, m, 64, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    ck_assert(epyq_seq_create(&s, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
     epyq_spec_opts o = {.k = k, .forced = forced, .draft_override = orc ? oracle_draft : NULL,
-                        .override_ctx = (void *)orc};
+                        .override_ctx = (void *)orc, .adaptive = adaptive};
     ck_assert_msg(epyq_spec_create(&sp, m, s, &o, &err) == EPYQ_OK, "%s", err.msg);
     int32_t n = 0, step[EPYQ_SPEC_MAX];
     ck_assert_msg(epyq_spec_prefill(sp, prompt, PROMPT, pick_greedy, &V, &outv[n++], &err) == EPYQ_OK, "%s", err.msg);
-    while (n < GEN) {
+    while (n < gen) {
         int32_t got;
         ck_assert_msg(epyq_spec_step(sp, pick_greedy, &V, step, &got, &err) == EPYQ_OK, "%s", err.msg);
         ck_assert(got >= 1 && got <= k + 1);
-        for (int32_t i = 0; i < got && n < GEN; i++) outv[n++] = step[i];
+        for (int32_t i = 0; i < got && n < gen; i++) outv[n++] = step[i];
     }
     *stats = *epyq_spec_get_stats(sp);
     epyq_spec_free(sp);
@@ -154,7 +160,7 @@ static void identity_on(const char *dir) {
                               d ? "int4" : "exact", i, got[i], want[i]);
             ck_assert(st.steps > 0 && st.emitted >= st.steps);
             /* the same with drafts that are mostly right: partial and full acceptance */
-            oracle orc = {want, epyq_model_config(m)->vocab_size};
+            oracle orc = {want, epyq_model_config(m)->vocab_size, GEN};
             epyq_spec_stats so;
             greedy_spec_o(m, prompt, k, false, &orc, got, &so);
             for (int i = 0; i < GEN; i++)
@@ -193,6 +199,33 @@ START_TEST(test_greedy_identity_fixtures) {
 }
 END_TEST
 
+/* Adaptive: with the MTP's own drafts (nearly never accepted on random weights) it settles on
+ * plain steps and returns to drafting after each stretch (MTP catch-up); with good drafts it
+ * keeps drafting; the tokens stay plain greedy's either way. */
+START_TEST(test_adaptive) {
+    char *dir = synth_model("ct", 51);
+    ck_assert(dir);
+    static const int32_t prompt[PROMPT] = {9, 18, 27, 36, 45, 54};
+    int32_t want[GEN_LONG], got[GEN_LONG];
+    epyq_model *m = load(dir, EPYQ_REQUANT_INT4, true);
+    greedy_plain_n(m, prompt, want, GEN_LONG);
+    epyq_spec_stats st;
+    greedy_spec_n(m, prompt, 2, false, NULL, true, GEN_LONG, got, &st);
+    ck_assert(!memcmp(got, want, sizeof want));
+    fprintf(stderr, "adaptive, MTP drafts: %lld steps, %lld plain tokens, %lld switches\n", (long long)st.steps,
+            (long long)st.plain, (long long)st.switches);
+    ck_assert_int_ge(st.switches, 2); /* to plain and back (then the MTP cache caught up) */
+    ck_assert_int_gt(st.plain, GEN_LONG / 2);
+    oracle orc = {want, epyq_model_config(m)->vocab_size, GEN_LONG};
+    greedy_spec_n(m, prompt, 2, false, &orc, true, GEN_LONG, got, &st);
+    ck_assert(!memcmp(got, want, sizeof want));
+    fprintf(stderr, "adaptive, good drafts: %lld steps, %lld plain tokens, %lld switches\n", (long long)st.steps,
+            (long long)st.plain, (long long)st.switches);
+    epyq_model_free(m);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_forced) {
     char *dir = synth_model("ct", 41);
     ck_assert(dir);
@@ -215,6 +248,7 @@ int main(void) {
     tcase_add_test(tc, test_rollback_exact);
     tcase_add_loop_test(tc, test_greedy_identity_synth, 0, getenv("EPYQ_FAST") ? 1 : 3);
     tcase_add_test(tc, test_forced);
+    tcase_add_test(tc, test_adaptive);
     suite_add_tcase(s, tc);
     TCase *fx = tcase_create("fixtures");
     tcase_set_timeout(fx, 600);
