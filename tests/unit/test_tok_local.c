@@ -243,12 +243,12 @@ START_TEST(utf8_lossy_rules) {
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         epyq_sbuf b = {0};
-        ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)c[i].in, c[i].n, true, &b), c[i].n);
+        ck_assert_uint_eq(epyq_tok_utf8_lossy((const uint8_t *)c[i].in, c[i].n, true, &b), c[i].n);
         ck_assert_msg(b.p && !strcmp(b.p, c[i].out), "case %zu", i);
         epyq_sbuf_free(&b);
     }
     epyq_sbuf b = {0};
-    ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)"ab\xF0\x9F\x98", 5, false, &b), 2);
+    ck_assert_uint_eq(epyq_tok_utf8_lossy((const uint8_t *)"ab\xF0\x9F\x98", 5, false, &b), 2);
     ck_assert_str_eq(b.p, "ab");
     epyq_sbuf_free(&b);
 }
@@ -271,7 +271,7 @@ START_TEST(scan_and_heap_agree) {
             char ch = alphabet[x % (sizeof alphabet - 1)];
             a[i] = b[i] = g_tiny->byte_id[(uint8_t)ch];
         }
-        size_t na = tok_bpe_merge(&g_tiny->merges, a, n, 1), nb = tok_bpe_merge(&g_tiny->merges, b, n, 2);
+        size_t na = epyq_tok_bpe_merge(&g_tiny->merges, a, n, 1), nb = epyq_tok_bpe_merge(&g_tiny->merges, b, n, 2);
         ck_assert_uint_eq(na, nb);
         ck_assert(!memcmp(a, b, na * sizeof *a));
     }
@@ -301,7 +301,7 @@ START_TEST(nfc_segments_match_whole_text) {
         }
         bool changed;
         epyq_err err;
-        ck_assert(tok_nfc((const uint8_t *)in.p, in.len, &out, &changed, &err) == EPYQ_OK);
+        ck_assert(epyq_tok_nfc((const uint8_t *)in.p, in.len, &out, &changed, &err) == EPYQ_OK);
         utf8proc_uint8_t *whole = NULL;
         utf8proc_ssize_t r = in.len ? utf8proc_map((const utf8proc_uint8_t *)in.p, (utf8proc_ssize_t)in.len, &whole,
                                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE)
@@ -327,7 +327,7 @@ static void expect_pieces(const char *text, const char *const *want, size_t nw) 
     while (pos < n) {
         size_t ms, me;
         bool found;
-        ck_assert(tok_split_find(g_tiny, &st, s, n, pos, &ms, &me, &found, &err) == EPYQ_OK);
+        ck_assert(epyq_tok_split_find(g_tiny, &st, s, n, pos, &ms, &me, &found, &err) == EPYQ_OK);
         ck_assert(found && ms == pos);
         ck_assert_msg(k < nw && me - ms == strlen(want[k]) && !memcmp(s + ms, want[k], me - ms), "\"%s\": piece %zu is \"%.*s\"",
                       text, k, (int)(me - ms), text + ms);
@@ -335,7 +335,7 @@ static void expect_pieces(const char *text, const char *const *want, size_t nw) 
         pos = me;
     }
     ck_assert_uint_eq(k, nw);
-    tok_split_state_free(&st);
+    epyq_tok_split_state_free(&st);
 }
 
 START_TEST(split_pieces) {
@@ -414,7 +414,7 @@ START_TEST(synth_tokenizer) {
             x ^= x << 17;
             a[i] = b[i] = t->byte_id[(uint8_t)alphabet[x % (sizeof alphabet - 1)]];
         }
-        size_t na = tok_bpe_merge(&t->merges, a, n, 1), nb = tok_bpe_merge(&t->merges, b, n, 2);
+        size_t na = epyq_tok_bpe_merge(&t->merges, a, n, 1), nb = epyq_tok_bpe_merge(&t->merges, b, n, 2);
         ck_assert(na == nb && !memcmp(a, b, na * sizeof *a));
     }
     epyq_tok_free(t);
