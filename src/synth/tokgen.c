@@ -175,8 +175,8 @@ typedef struct {
 } pairslot;
 
 static epyq_status learn(tokset *t, int32_t target, const int32_t byte_id[256], epyq_err *err) {
-    const uint8_t *txt = (const uint8_t *)synth_corpus;
-    size_t n = strlen(synth_corpus);
+    const uint8_t *txt = (const uint8_t *)epyq_synth_corpus;
+    size_t n = strlen(epyq_synth_corpus);
     corpus c = {0};
     c.sym = malloc((n + 1) * sizeof *c.sym);
     size_t npair = 1u << 16;
@@ -333,7 +333,7 @@ static epyq_status write_tokenizer_json(const char *dir, const epyq_synth_dims *
         sb_puts(&b, i + 1 < t.n ? "\n      ],\n" : "\n      ]\n");
     }
     sb_puts(&b, "    ]\n  }\n}\n");
-    st = synth_write_file(dir, "tokenizer.json", &b, err);
+    st = epyq_synth_write_file(dir, "tokenizer.json", &b, err);
 out:
     for (int32_t i = 0; i < t.n; i++) free(t.tok[i]);
     free(t.tok), free(t.len), free(t.ma), free(t.mb), free(t.slot);
@@ -355,7 +355,7 @@ static epyq_status write_tokenizer_config(const char *dir, const epyq_synth_dims
                   i < N_SPECIAL_JSON || i >= N_ADDED_JSON ? "true" : "false", i + 1 < nadd ? "," : "");
     }
     sb_puts(&b, "  },\n  \"bos_token\": null,\n  \"chat_template\": ");
-    sb_json_str(&b, synth_chat_template);
+    sb_json_str(&b, epyq_synth_chat_template);
     sb_printf(&b, ",\n  \"clean_up_tokenization_spaces\": false,\n  \"eos_token\": \"<|im_end|>\",\n"
                   "  \"errors\": \"replace\",\n  \"model_max_length\": %d,\n  \"pad_token\": \"<|endoftext|>\",\n"
                   "  \"pretokenize_regex\": ",
@@ -363,7 +363,7 @@ static epyq_status write_tokenizer_config(const char *dir, const epyq_synth_dims
     sb_json_str(&b, QWEN_SPLIT_REGEX);
     sb_puts(&b, ",\n  \"split_special_tokens\": false,\n  \"tokenizer_class\": \"Qwen2Tokenizer\",\n"
                 "  \"unk_token\": null\n}\n");
-    epyq_status st = synth_write_file(dir, "tokenizer_config.json", &b, err);
+    epyq_status st = epyq_synth_write_file(dir, "tokenizer_config.json", &b, err);
     sb_free(&b);
     return st;
 }
@@ -373,13 +373,13 @@ static epyq_status copy_file(const char *from, const char *dir, const char *name
     size_t len;
     epyq_status st = epyq_file_read(from, (size_t)1 << 30, &data, &len, err);
     if (st) return st;
-    synth_buf b = {.s = data, .len = len, .cap = len + 1};
-    st = synth_write_file(dir, name, &b, err);
+    synth_buf b = {.b = {.p = data, .len = len, .cap = len + 1}};
+    st = epyq_synth_write_file(dir, name, &b, err);
     free(data);
     return st;
 }
 
-epyq_status synth_write_tokenizer(const char *dir, const epyq_synth_dims *d, const char *from,
+epyq_status epyq_synth_write_tokenizer(const char *dir, const epyq_synth_dims *d, const char *from,
                                   epyq_err *err) {
     if (!from) {
         epyq_status st = write_tokenizer_json(dir, d, err);

@@ -360,7 +360,7 @@ START_TEST(synth_tokenizer) {
     epyq_err err;
     ck_assert_msg(epyq_synth_dims_init(&d, "tiny", 0, 0, 0, &err) == EPYQ_OK, "%s", err.msg);
     char *dir = epyq_test_tmpdir();
-    ck_assert_msg(synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
     epyq_tok *t, *tc;
     ck_assert_msg(epyq_tok_load(&t, dir, &err) == EPYQ_OK, "%s", err.msg);
     epyq_tok_opts o = epyq_tok_opts_default();
