@@ -1,6 +1,6 @@
 /* src/ref/ref_forward.c — plain-C reference forward pass (see ref_forward.h).
  *
- * Read it top to bottom next to ../shared/spec/model.md: small math helpers, the three blocks
+ * Read it top to bottom next to docs/architecture.md: small math helpers, the three blocks
  * (Gated DeltaNet §5.6, gated attention §5.4, MoE §5.7), the decoder layer §5.3, the trunk and
  * the MTP head §6.1, then loading. Weights are fp32 (exact decodes); everything computed is
  * double. Speed is irrelevant here; being obviously right is the point. */

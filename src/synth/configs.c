@@ -1,7 +1,7 @@
 /* src/synth/configs.c — config.json, generation_config.json and quantize_config.json as the real
  * files are written: Python json.dumps(indent=2) text, config.json with sorted keys (as
- * transformers saves it), every key of the released config (model.md §2.1) and the exact
- * quantization block of each writer (quant-formats.md §4.1, §5.1, §6.1, §7). */
+ * transformers saves it), every key of the released config (docs/architecture.md §2.1) and the
+ * exact quantization block of each writer (docs/quant-formats.md §4.1, §5.1, §6.1, §7). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -306,7 +306,7 @@ static cJSON *awq_block(void) {
 
 /* ---- config.json ---- */
 
-/* text_config: the keys of the released file (model.md §2.1); the special ids follow
+/* text_config: the keys of the released file (docs/architecture.md §2.1); the special ids follow
  * special_base so the tiny shape carries the fixtures' 1000.. ids */
 static cJSON *text_config(const epyq_synth_dims *d) {
     cJSON *t = cJSON_CreateObject(), *lt = cJSON_CreateArray(), *rope = cJSON_CreateObject();

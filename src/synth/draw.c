@@ -49,7 +49,7 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
                                .vis_depth = 2, .vis_hidden = 32, .vis_inter = 64, .vis_heads = 2,
                                .vis_pos = 16};
     } else if (!strcmp(shape, "35b-a3b")) {
-        /* = model.md §2.1 */
+        /* = docs/architecture.md §2.1 */
         *d = (epyq_synth_dims){.hidden = 2048, .vocab = 248320, .layers = 40, .n_q_heads = 16,
                                .n_kv_heads = 2, .head_dim = 256, .lin_k_heads = 16,
                                .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128,

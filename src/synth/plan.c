@@ -1,7 +1,8 @@
 /* src/synth/plan.c — which tensors a checkpoint of each format holds, with names, dtypes and
- * shapes as each real writer stores them (model.md §4, quant-formats.md §4-§8, and the fixture
- * folders), and how they are laid out: names sorted and cut into shards of about equal size
- * (at least 2, at most ~5 GB each like save_pretrained), inside a shard (dtype size desc, name). */
+ * shapes as each real writer stores them (docs/architecture.md §3, docs/quant-formats.md §4-§8, and
+ * the fixture folders), and how they are laid out: names sorted and cut into shards of about equal
+ * size (at least 2, at most ~5 GB each like save_pretrained), inside a shard (dtype size desc,
+ * name). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,7 +246,7 @@ epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_
     memset(p, 0, sizeof *p);
     builder b = {.p = p, .d = d, .f = f, .fused_bf16 = fused, .err = err};
     const bool bf16 = f == EPYQ_SYNTH_BF16;
-    /* What each writer quantizes (quant-formats.md §4.7, §5.5, §6.5; AWQ: Linear layers whose
+    /* What each writer quantizes (docs/quant-formats.md §4.5, §5.3, §6.3; AWQ: Linear layers whose
      * out_features AutoAWQ can pack, i.e. not the [Hv][H] in_proj_a/b). */
     const bool q_exp = !bf16, q_shared = f == EPYQ_SYNTH_CT || f == EPYQ_SYNTH_AWQ;
     const bool q_attn = f == EPYQ_SYNTH_CT || f == EPYQ_SYNTH_QUARK || f == EPYQ_SYNTH_AWQ;

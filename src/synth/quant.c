@@ -1,6 +1,6 @@
 /* src/synth/quant.c — int4 round-to-nearest quantizers with each tool's own scale rule, and the
- * per-format packers (quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in 0..15.
- * All rounding is ties-to-even, like torch.round. */
+ * per-format packers (docs/quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in
+ * 0..15. All rounding is ties-to-even, like torch.round. */
 #include <float.h>
 #include <math.h>
 #include <string.h>

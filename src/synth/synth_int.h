@@ -54,7 +54,7 @@ void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_
 
 /* ---- int4: canonical codes w = (q - z) * s, q in 0..15, per group of SYNTH_GS along k ---- */
 #define SYNTH_GS 128 /* group size of every int4 format synth writes */
-/* Quantize W [n][k] by the rule of the tool that writes `f` (quant-formats.md §2): q [n][k],
+/* Quantize W [n][k] by the rule of the tool that writes `f` (docs/quant-formats.md §2): q [n][k],
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
 void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
                     uint8_t *z);

@@ -4,7 +4,7 @@
  *    `epyq template` (text, --ids, exit codes) on the fixture folder;
  *  - project-local: the copy of the real template that `epyq synth` embeds (when linked in),
  *    checked against prompts written out from the template's documented behaviour
- *    (spec/tokenizer.md §5), and every raise_exception path of the template. */
+ *    (src/tok/chat.h), and every raise_exception path of the template. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>

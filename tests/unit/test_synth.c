@@ -1,9 +1,9 @@
 /* tests/unit/test_synth.c — the synthetic-checkpoint writer on its own: packers against the
- * hand-derived words of quant-formats.md §3, each tool's quantizer against a direct transcription
- * of its rule (§2), the planned 35b-a3b layout against the shape tables of §4.8/§5.4/§6.4/§7 and
- * model.md §4, determinism (same seed = same bytes, whatever the thread count), the generated
- * tokenizer's merges, and the CLI's exit codes. Round trips through the loader are in
- * test_synth_roundtrip.c. */
+ * hand-derived words of docs/quant-formats.md §3, each tool's quantizer against a direct
+ * transcription of its rule (§2), the planned 35b-a3b layout against each format's tensor
+ * shapes (docs/quant-formats.md §4-§7) and docs/architecture.md §3, determinism (same seed = same
+ * bytes, whatever the thread count), the generated tokenizer's merges, and the CLI's exit codes.
+ * Round trips through the loader are in test_synth_roundtrip.c. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -221,8 +221,8 @@ START_TEST(test_plan_35b) {
         sum += p.shard_bytes[s];
     }
     ck_assert_uint_eq(sum, p.total);
-    /* ~19.4 GB of text model (4.125-bit linears, BF16 embeddings/lm_head: model.md §8.2) plus the
-     * 1.69 GB BF16 MTP layer the compressed-tensors release copies over */
+    /* ~19.4 GB of text model (4.125-bit linears, BF16 embeddings/lm_head: docs/architecture.md
+     * §7.2) plus the 1.69 GB BF16 MTP layer the compressed-tensors release copies over */
     ck_assert_uint_gt(p.total, 20500000000ull);
     ck_assert_uint_lt(p.total, 21500000000ull);
     epyq_synth_plan_free(&p);
@@ -259,12 +259,12 @@ START_TEST(test_plan_35b) {
     expect(&p, L0 "linear_attn.in_proj_b.weight", "BF16", 2, 32, 2048, 0);
     epyq_synth_plan_free(&p);
 
-    /* BF16 release, fused (model.md §4.5) and per-expert with F32 A_log/norm */
+    /* BF16 release, fused (docs/architecture.md §3.2) and per-expert with F32 A_log/norm */
     ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, true, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.gate_up_proj", "BF16", 3, 256, 1024, 2048);
     expect(&p, L0 "mlp.experts.down_proj", "BF16", 3, 256, 2048, 512);
     expect(&p, L0 "linear_attn.norm.weight", "BF16", 1, 128, 0, 0);
-    /* 35 951 822 704 params (model.md §8.1) less the 446 571 248 of the vision tower */
+    /* 35 951 822 704 params (docs/architecture.md §7.1) less the 446 571 248 of the vision tower */
     ck_assert_uint_eq(p.total, 2ull * (35951822704ull - 446571248ull));
     epyq_synth_plan_free(&p);
     ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, false, &err), EPYQ_OK);

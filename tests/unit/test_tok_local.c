@@ -316,9 +316,9 @@ START_TEST(nfc_segments_match_whole_text) {
 }
 END_TEST
 
-/* Pieces of the split regex, as Oniguruma cuts them (tokenizer.md §2.3): \s is exactly
- * White_Space, so U+180E (a format character since Unicode 6.3; PCRE2's own \s still takes it)
- * and U+001C..U+001F are symbols here, not spaces. */
+/* Pieces of the split regex, as Oniguruma cuts them (src/tok/README.md, "Unicode-version
+ * differences" item 2): \s is exactly White_Space, so U+180E (a format character since Unicode 6.3;
+ * PCRE2's own \s still takes it) and U+001C..U+001F are symbols here, not spaces. */
 static void expect_pieces(const char *text, const char *const *want, size_t nw) {
     tok_split_state st = {0};
     const uint8_t *s = (const uint8_t *)text;
