@@ -100,7 +100,7 @@ static void note_mismatch(binder *b, const char *module, bool stored_q4) {
                  stored_q4 ? "int4" : "16-bit", stored_q4 ? "unquantized" : "int4");
 }
 
-/* ---- int4 companions, one function per format (docs/quant-formats.md §4.2, §5.2, §6.2, §7) ---- */
+/* ---- int4 companions, one per format (docs/quant-formats.md §4.2, §5.2, §6.2, §7) ---- */
 
 static epyq_status need(binder *b, const epyq_tensor **t, const char *module, const char *suffix, const char *want) {
     *t = find(b, "%s.%s", module, suffix);
