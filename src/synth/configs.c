@@ -382,7 +382,7 @@ static cJSON *vision_config(const epyq_synth_dims *d) {
 }
 
 epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, epyq_synth_format f,
-                                const synth_plan *p, epyq_err *err) {
+                                     const synth_plan *p, epyq_err *err) {
     (void)p;
     const int32_t B = d->special_base;
     bool oom = false;

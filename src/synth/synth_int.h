@@ -47,7 +47,7 @@ typedef struct {
 } synth_rule;
 
 epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name, synth_rule *r,
-                           epyq_err *err);
+                                epyq_err *err);
 /* Elements [first, first + n) of a logical tensor, rounded to bf16: as float, or as bf16 bits. */
 void epyq_synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out);
 void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *out);
@@ -57,7 +57,7 @@ void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_
 /* Quantize W [n][k] by the rule of the tool that writes `f` (docs/quant-formats.md §2): q [n][k],
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
 void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
-                    uint8_t *z);
+                         uint8_t *z);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void epyq_synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);
@@ -66,7 +66,7 @@ void epyq_synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out 
 /* Quark (int4 two's complement nibbles, AWQ order when reorder) and AWQ (raw nibbles, AWQ order):
  * row `kk` of the [k][ceil(n/8)] tensor packed along n; pass stride = k for codes [n][k]. */
 void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk, bool twos_compl,
-                        bool awq_order, uint32_t *out /*[ceil(n/8)]*/);
+                             bool awq_order, uint32_t *out /*[ceil(n/8)]*/);
 
 /* ---- tensor plan ---- */
 typedef enum {
@@ -105,7 +105,7 @@ typedef struct {
 } synth_plan;
 
 epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f, bool fused,
-                             epyq_err *err);
+                                  epyq_err *err);
 void epyq_synth_plan_free(synth_plan *p);
 
 /* ---- streaming tensor data ---- */
@@ -134,8 +134,8 @@ typedef struct {
 } synth_emitter;
 
 epyq_status epyq_synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                               epyq_synth_format f, const synth_plan *p, struct epyq_pool *pool,
-                               epyq_err *err);
+                                    epyq_synth_format f, const synth_plan *p, struct epyq_pool *pool,
+                                    epyq_err *err);
 epyq_status epyq_synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sink *s, epyq_err *err);
 void epyq_synth_emitter_free(synth_emitter *e);
 
@@ -172,10 +172,10 @@ static inline void sb_free(synth_buf *b) {
 
 /* config.json, generation_config.json (+ quantize_config.json) into dir. */
 epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, epyq_synth_format f,
-                                const synth_plan *p, epyq_err *err);
+                                     const synth_plan *p, epyq_err *err);
 /* tokenizer.json + tokenizer_config.json into dir (generated BPE, or copied from `from`). */
 epyq_status epyq_synth_write_tokenizer(const char *dir, const epyq_synth_dims *d, const char *from,
-                                  epyq_err *err);
+                                       epyq_err *err);
 epyq_status epyq_synth_write_file(const char *dir, const char *name, const synth_buf *b, epyq_err *err);
 
 extern const char epyq_synth_chat_template[]; /* Qwen3.6-35B-A3B chat template (Apache-2.0) */

@@ -380,7 +380,7 @@ static epyq_status copy_file(const char *from, const char *dir, const char *name
 }
 
 epyq_status epyq_synth_write_tokenizer(const char *dir, const epyq_synth_dims *d, const char *from,
-                                  epyq_err *err) {
+                                       epyq_err *err) {
     if (!from) {
         epyq_status st = write_tokenizer_json(dir, d, err);
         return st ? st : write_tokenizer_config(dir, d, err);
