@@ -397,12 +397,6 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
     return epyq_tensor_read_f32(t, 0, n, *dst, err);
 }
 
-#define TRY(x)                                \
-    do {                                      \
-        epyq_status st_ = (x);                \
-        if (st_ != EPYQ_OK) return st_;       \
-    } while (0)
-
 static epyq_status load_layer(epyq_ref *r, layer *ly, const epyq_layer_w *lw, epyq_err *err) {
     ly->full = lw->full_attn;
     TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)r->H, err));
