@@ -112,8 +112,8 @@ static int32_t linear_fan_in(const epyq_synth_dims *d, const char *mod) {
     return 0;
 }
 
-epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name, synth_rule *r,
-                                epyq_err *err) {
+epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name,
+                                synth_rule *r, epyq_err *err) {
     r->key = epyq_synth_key(seed, name);
     r->kind = RULE_NORMAL;
     if (!strncmp(name, "model.visual.", 13)) {

@@ -14,7 +14,8 @@
 #define MAX_K 65536            /* widest int4 linear synth quantizes */
 
 epyq_status epyq_synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                                    epyq_synth_format f, const synth_plan *p, epyq_pool *pool, epyq_err *err) {
+                                    epyq_synth_format f, const synth_plan *p, epyq_pool *pool,
+                                    epyq_err *err) {
     memset(e, 0, sizeof *e);
     e->d = d, e->seed = seed, e->f = f, e->p = p, e->cur = -1, e->pool = pool;
     e->nw = epyq_pool_size(pool);

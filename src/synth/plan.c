@@ -241,8 +241,8 @@ static int cmp_file_order(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f, bool fused,
-                                  epyq_err *err) {
+epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f,
+                                  bool fused, epyq_err *err) {
     memset(p, 0, sizeof *p);
     builder b = {.p = p, .d = d, .f = f, .fused_bf16 = fused, .err = err};
     const bool bf16 = f == EPYQ_SYNTH_BF16;

@@ -66,8 +66,8 @@ static float quant_group(const epyq_kern_table *kt, epyq_synth_format f, const f
     return 0;
 }
 
-void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
-                         uint8_t *z) {
+void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q,
+                         float *s, uint8_t *z) {
     const int32_t gn = k / SYNTH_GS;
     const epyq_kern_table *kt = epyq_kern();
     for (int32_t r = 0; r < n; r++)
@@ -115,8 +115,8 @@ void epyq_synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out)
     }
 }
 
-void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk, bool twos_compl,
-                             bool awq_order, uint32_t *out) {
+void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk,
+                             bool twos_compl, bool awq_order, uint32_t *out) {
     /* slot i of word c holds output 8c + order[i]; AWQ order puts even outputs in the low half */
     static const int awq[8] = {0, 2, 4, 6, 1, 3, 5, 7};
     for (int32_t c = 0; c < (n + 7) / 8; c++) {

@@ -46,8 +46,8 @@ typedef struct {
     uint64_t key;
 } synth_rule;
 
-epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name, synth_rule *r,
-                                epyq_err *err);
+epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name,
+                                synth_rule *r, epyq_err *err);
 /* Elements [first, first + n) of a logical tensor, rounded to bf16: as float, or as bf16 bits. */
 void epyq_synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out);
 void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *out);
@@ -56,8 +56,8 @@ void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_
 #define SYNTH_GS 128 /* group size of every int4 format synth writes */
 /* Quantize W [n][k] by the rule of the tool that writes `f` (docs/quant-formats.md §2): q [n][k],
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
-void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
-                         uint8_t *z);
+void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q,
+                         float *s, uint8_t *z);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void epyq_synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);
@@ -65,8 +65,8 @@ void epyq_synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_
 void epyq_synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out /*[ceil(k/8)]*/);
 /* Quark (int4 two's complement nibbles, AWQ order when reorder) and AWQ (raw nibbles, AWQ order):
  * row `kk` of the [k][ceil(n/8)] tensor packed along n; pass stride = k for codes [n][k]. */
-void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk, bool twos_compl,
-                             bool awq_order, uint32_t *out /*[ceil(n/8)]*/);
+void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk,
+                             bool twos_compl, bool awq_order, uint32_t *out /*[ceil(n/8)]*/);
 
 /* ---- tensor plan ---- */
 typedef enum {
@@ -104,8 +104,8 @@ typedef struct {
     uint64_t total;     /* sum of tensor bytes */
 } synth_plan;
 
-epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f, bool fused,
-                                  epyq_err *err);
+epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f,
+                                  bool fused, epyq_err *err);
 void epyq_synth_plan_free(synth_plan *p);
 
 /* ---- streaming tensor data ---- */
@@ -134,8 +134,8 @@ typedef struct {
 } synth_emitter;
 
 epyq_status epyq_synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                                    epyq_synth_format f, const synth_plan *p, struct epyq_pool *pool,
-                                    epyq_err *err);
+                                    epyq_synth_format f, const synth_plan *p,
+                                    struct epyq_pool *pool, epyq_err *err);
 epyq_status epyq_synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sink *s, epyq_err *err);
 void epyq_synth_emitter_free(synth_emitter *e);
 
