@@ -167,7 +167,7 @@ typedef struct epyq_kern_table {
                             const uint16_t *v, int32_t n_ctx, int32_t hd, int32_t kv_stride,
                             float scale, float *out, int32_t ldo);
 
-    /* One Gated DeltaNet recurrent step for one value head (model.md §5.6 step 7):
+    /* One Gated DeltaNet recurrent step for one value head (docs/architecture.md §4.5 step 7):
      *   S <- alpha*S; m = S^T k; d = beta*(v - m); S += k d^T; o = S^T q.
      * S fp32 [dk][dv] updated in place; k, q (already L2-normalised/scaled) [dk]; v, o [dv]. */
     void (*gdn_step)(float *S, const float *k, const float *v, const float *q, float alpha,

@@ -7,8 +7,8 @@
 /* ---- model presets --------------------------------------------------------------------- */
 
 void epyq_numa_model_35b_a3b(epyq_numa_model *m, bool int4) {
-    /* model.md §8.1: experts are 3 x hidden 2048 x moe_intermediate 512 params. Everything
-     * else (mixers, shared experts, router, norms, embedding, lm_head) is "dense". */
+    /* docs/architecture.md §7.1: experts are 3 x hidden 2048 x moe_intermediate 512 params.
+     * Everything else (mixers, shared experts, router, norms, embedding, lm_head) is "dense". */
     const uint64_t expert_params = 3ull * 2048 * 512;
     const uint64_t text_params = 34660610688ull;
     const uint64_t expert_total = expert_params * 256 * 40;

@@ -37,8 +37,9 @@ typedef struct {
                                   expert (sums to top_k per layer), or NULL = uniform */
 } epyq_numa_model;
 
-/* Qwen3.6-35B-A3B text model (model.md §8): 40 layers x 256 experts of 3 x 2048 x 512 params.
- * int4 = W4A16 g128 symmetric with BF16 scales and BF16 embedding/lm_head/router; else BF16. */
+/* Qwen3.6-35B-A3B text model (docs/architecture.md §7): 40 layers x 256 experts of 3 x 2048 x 512
+ * params. int4 = W4A16 g128 symmetric with BF16 scales and BF16 embedding/lm_head/router; else
+ * BF16. */
 void epyq_numa_model_35b_a3b(epyq_numa_model *m, bool int4);
 
 typedef enum {

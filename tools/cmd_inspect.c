@@ -136,10 +136,10 @@ static void print_precision(const epyq_weights_stats *s) {
 
 static void print_sizes(const epyq_weights *w, const epyq_weights_stats *s) {
     char b1[32], b2[32], b3[32];
-    printf("\nper decoded token (batch 1, no speculation; model.md §8.2 rule):\n");
+    printf("\nper decoded token (batch 1, no speculation; docs/architecture.md §7.2 rule):\n");
     printf("  weights read : %s (%.3f GB), %llu parameters (%.3f GB if all were BF16)\n", human(s->token_bytes, b1, sizeof b1),
            (double)s->token_bytes / 1e9, (unsigned long long)s->token_params, 2.0 * (double)s->token_params / 1e9);
-    printf("  model.md §8.2 for the real 35B-A3B: 2 946 431 616 parameters; BF16 5.89 GB, W4A16 g128 2.31 GB\n"
+    printf("  docs/architecture.md §7.2, real 35B-A3B: 2 946 431 616 parameters; BF16 5.89 GB, W4A16 g128 2.31 GB\n"
            "                 (lm_head BF16) or 1.56 GB (lm_head int4)\n");
     printf("\nmemory       : weights %s resident (int4 in the kernels' packed layout), other tensors %s\n",
            human(s->resident_bytes, b1, sizeof b1), human(s->other_bytes, b2, sizeof b2));

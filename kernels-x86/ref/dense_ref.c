@@ -75,8 +75,8 @@ void epyq_attn_bf16_multi_ref(const float *q, int32_t nq, int32_t ldq, const uin
                            out + (size_t)h * (size_t)ldo);
 }
 
-/* model.md §5.6 step 7, in the order written there: decay, read m = S^T k, rank-1 update
- * with delta = beta (v - m), then read the output with the updated state. */
+/* docs/architecture.md §4.5 step 7, in the order written there: decay, read m = S^T k, rank-1
+ * update with delta = beta (v - m), then read the output with the updated state. */
 void epyq_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float alpha,
                        float beta, int32_t dk, int32_t dv, float *o) {
     for (size_t e = 0; e < (size_t)dk * (size_t)dv; e++) S[e] *= alpha;

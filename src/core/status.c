@@ -26,7 +26,9 @@ epyq_status epyq_err_prefix(epyq_err *err, const char *fmt, ...) {
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s%s", head, old);
+    /* head + old can exceed the buffer; the line is then cut to fit (using the result is what
+     * tells gcc the truncation is expected). */
+    if (snprintf(err->msg, sizeof err->msg, "%s%s", head, old) < 0) err->msg[0] = '\0';
     return err->code;
 }
 

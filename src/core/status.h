@@ -45,4 +45,14 @@ void epyq_err_clear(epyq_err *err);
 /* Stable upper-case name, e.g. "E_FORMAT". */
 const char *epyq_status_name(epyq_status st);
 
+/* Inside a function returning epyq_status: evaluate x (an epyq_status) and return it when it is
+ * not EPYQ_OK. The callee has already filled the caller's epyq_err, so nothing is added. The
+ * replacement list is token for token the one src/model/model.c still defines locally, which C
+ * allows as a redefinition without a diagnostic. */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        epyq_status st_ = (x);                                                                     \
+        if (st_ != EPYQ_OK) return st_;                                                            \
+    } while (0)
+
 #endif

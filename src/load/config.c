@@ -59,7 +59,8 @@ static epyq_status parse_eos(const cJSON *it, int32_t vocab, epyq_config *cfg, c
     return EPYQ_OK;
 }
 
-/* rope_parameters, then rope_scaling, then the text_config top level (model.md §2.1). */
+/* rope_parameters, then rope_scaling, then the text_config top level
+ * (docs/architecture.md §2.1). */
 static epyq_status parse_rope(epyq_config *cfg, const cJSON *text, const char *label, epyq_err *err) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(text, "rope_parameters");
     if (!cJSON_IsObject(rp)) rp = cJSON_GetObjectItemCaseSensitive(text, "rope_scaling");

@@ -1,6 +1,6 @@
 /* src/load/q4_decode.c — every on-disk int4 layout decoded to one canonical form
  * (kernels-x86/kern.h epyq_q4_canon) and to fp32; the bit-level rules are
- * ../shared/spec/quant-formats.md §3–§7. Everything format-specific about int4 lives here. */
+ * docs/quant-formats.md §3–§7. Everything format-specific about int4 lives here. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,7 @@ static inline float float_at(const epyq_tensor *t, size_t i) {
 }
 
 /* Slot of element j of a run of 8 packed along N: AWQ order keeps even elements in the low
- * 16 bits (slot j/2) and odd ones in the high 16 bits (slot 4 + j/2), quant-formats.md §3. */
+ * 16 bits (slot j/2) and odd ones in the high 16 bits (slot 4 + j/2), docs/quant-formats.md §3. */
 static const uint8_t awq_slot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 static const uint8_t seq_slot[8] = {0, 1, 2, 3, 4, 5, 6, 7};
 
@@ -86,7 +86,8 @@ static epyq_status decode(const epyq_linear *l, const epyq_config *cfg, uint8_t 
         }
     /* Zero points. */
     if (!zp || (l->scheme.sym && cfg->qformat != EPYQ_QF_QUARK)) {
-        /* Symmetric: z = 8 in the unsigned domain (GPTQ ignores qzeros then, §4.4). */
+        /* Symmetric: z = 8 in the unsigned domain (GPTQ ignores qzeros then, docs/quant-formats.md
+         * §4.3). */
         memset(z, 8, (size_t)(N * Gn));
         return EPYQ_OK;
     }

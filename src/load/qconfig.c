@@ -1,5 +1,5 @@
 /* src/load/qconfig.c — quantization_config: detection, refusal by name, per-module rules
- * (see qconfig.h and ../shared/spec/quant-formats.md §4.1, §5.1, §6.1, §7). */
+ * (see qconfig.h and docs/quant-formats.md §4.1, §5.1, §6.1, §7). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "load/qconfig.h"
 
@@ -166,7 +166,7 @@ static epyq_status str_list(epyq_qconfig *qc, const cJSON *arr, const char *key,
     return EPYQ_OK;
 }
 
-/* ---- GPTQ (quant-formats.md §4) ---- */
+/* ---- GPTQ (docs/quant-formats.md §4) ---- */
 
 static epyq_status gptq_overrides(epyq_qscheme *s, const cJSON *o, const char *key, const char *label, epyq_err *err) {
     if (!cJSON_IsObject(o))
@@ -230,7 +230,7 @@ static epyq_status parse_gptq(epyq_config *cfg, epyq_qconfig *qc, const cJSON *q
     return EPYQ_OK;
 }
 
-/* ---- compressed-tensors (quant-formats.md §5) ---- */
+/* ---- compressed-tensors (docs/quant-formats.md §5) ---- */
 
 static epyq_status ct_group(epyq_qconfig *qc, const cJSON *g, const char *label, epyq_err *err) {
     const char *gname = g->string;
@@ -324,7 +324,7 @@ static epyq_status parse_ct(epyq_qconfig *qc, const cJSON *q, const char *label,
     return str_list(qc, cJSON_GetObjectItemCaseSensitive(q, "ignore"), "ignore", false, false, label, err);
 }
 
-/* ---- Quark (quant-formats.md §6) ---- */
+/* ---- Quark (docs/quant-formats.md §6) ---- */
 
 static epyq_status parse_quark(epyq_config *cfg, epyq_qconfig *qc, const cJSON *q, const char *label, epyq_err *err) {
     epyq_status st;
@@ -383,7 +383,7 @@ static epyq_status parse_quark(epyq_config *cfg, epyq_qconfig *qc, const cJSON *
     return str_list(qc, cJSON_GetObjectItemCaseSensitive(q, "exclude"), "exclude", true, false, label, err);
 }
 
-/* ---- AutoAWQ GEMM (quant-formats.md §7) ---- */
+/* ---- AutoAWQ GEMM (docs/quant-formats.md §7) ---- */
 
 static epyq_status parse_awq(epyq_qconfig *qc, const cJSON *q, const char *label, epyq_err *err) {
     int64_t bits = 0, gs = 0;

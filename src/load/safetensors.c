@@ -1,4 +1,4 @@
-/* src/load/safetensors.c — safetensors header parsing and validation (conventions.md §3.2).
+/* src/load/safetensors.c — safetensors header parsing and validation (docs/architecture.md §3.1).
  * The sharded-folder logic (index, mmap, cross-shard checks) lives in ckpt.c. */
 #include "load/safetensors.h"
 

@@ -4,7 +4,7 @@
  * its shard's mapping, nbytes == product(shape) * dtype size (checked arithmetic), tensors of a
  * shard tile its data section exactly (no gap, no overlap), names are unique across shards, and
  * (for sharded folders) model.safetensors.index.json and the shards agree exactly. Every rule of
- * ../shared/spec/conventions.md §3.2 is enforced; a violation returns EPYQ_E_FORMAT with one
+ * docs/architecture.md §3.1 is enforced; a violation returns EPYQ_E_FORMAT with one
  * line naming the file, the tensor and the rule. Nothing is read past a mapping and no
  * allocation is sized by an unchecked field. */
 #ifndef EPYQ_SAFETENSORS_H

@@ -1,5 +1,5 @@
 /* src/load/stats.c — sizes of a bound checkpoint for summaries (see weights.h
- * epyq_weights_stats and ../shared/spec/model.md §7, §8). */
+ * epyq_weights_stats and docs/architecture.md §6, §7). */
 #include <string.h>
 
 #include "load/weights.h"

@@ -100,7 +100,7 @@ static void note_mismatch(binder *b, const char *module, bool stored_q4) {
                  stored_q4 ? "int4" : "16-bit", stored_q4 ? "unquantized" : "int4");
 }
 
-/* ---- int4 companions, one function per on-disk format (quant-formats.md §4.3, §5.3, §6.3, §7) ---- */
+/* ---- int4 companions, one per format (docs/quant-formats.md §4.2, §5.2, §6.2, §7) ---- */
 
 static epyq_status need(binder *b, const epyq_tensor **t, const char *module, const char *suffix, const char *want) {
     *t = find(b, "%s.%s", module, suffix);
@@ -237,7 +237,7 @@ static epyq_status bind_linear(binder *b, epyq_linear *l, const char *module, in
     return epyq_err_set(b->err, EPYQ_E_INTERNAL, "%s: unreachable format", module);
 }
 
-/* ---- architecture (model.md §4) ---- */
+/* ---- architecture (docs/architecture.md §3) ---- */
 
 static epyq_status bind_moe(binder *b, epyq_moe_w *m, const char *p /* "...layers.N.mlp." */) {
     const epyq_config *c = b->cfg;
@@ -404,7 +404,8 @@ void epyq_weights_free(epyq_weights *w) {
     free(w);
 }
 
-/* Text-only re-exports use "model." instead of "model.language_model." (model.md §4.8). */
+/* Text-only re-exports use "model." instead of "model.language_model."
+ * (docs/architecture.md §3.2). */
 static void pick_prefix(binder *b, epyq_config *cfg) {
     static const char *cands[] = {"model.language_model.", "model."};
     char n[NAME_MAX_LEN];

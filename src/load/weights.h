@@ -1,4 +1,4 @@
-/* src/load/weights.h — binding a checkpoint to the architecture (model.md §4).
+/* src/load/weights.h — binding a checkpoint to the architecture (docs/architecture.md §3).
  *
  * Promise: epyq_weights_bind() enumerates every tensor the text model (and the MTP head, when
  * present) needs, finds each under any accepted layout (per-expert or fused 3-D experts; prefix
@@ -33,7 +33,7 @@ typedef struct {
      * of w (slice = expert index for fused 3-D [E][rows][n_in] tensors, else 0). */
     const epyq_tensor *w;
     int64_t slice, row0;
-    /* Q4 (layout per cfg->qformat, see ../shared/spec/quant-formats.md): */
+    /* Q4 (layout per cfg->qformat, see docs/quant-formats.md): */
     epyq_qscheme scheme;
     const epyq_tensor *qweight;  /* GPTQ qweight | CT weight_packed | Quark weight | AWQ qweight */
     const epyq_tensor *scales;   /* scales | weight_scale */
@@ -117,7 +117,7 @@ typedef struct {
     size_t n_unexpected;
     char **unexpected;               /* [n_unexpected] names outside the architecture */
     /* Linears whose stored precision disagrees with the config's ignore/exclude/dynamic rules
-     * (the tensors win, quant-formats.md §9 step 4); the first one is described. */
+     * (the tensors win, docs/quant-formats.md §8 step 4); the first one is described. */
     size_t n_qc_mismatch;
     char qc_mismatch[256];
 } epyq_weights;
@@ -159,8 +159,8 @@ typedef struct {
     epyq_prec_row mtp;                 /* every linear of the MTP head */
     uint64_t other_bytes;              /* trunk non-linear tensors: embedding, norms, conv1d, A_log, dt_bias */
     uint64_t mtp_other_bytes;          /* MTP norms */
-    /* One decoded token at batch 1 without speculation (model.md §8.2): every mixer linear,
-     * router, num_experts_per_tok average experts, shared expert and its gate, lm_head, the
+    /* One decoded token at batch 1 without speculation (docs/architecture.md §7.2): every mixer
+     * linear, router, num_experts_per_tok average experts, shared expert and its gate, lm_head, the
      * small per-layer tensors and one embedding row. */
     uint64_t token_bytes, token_params;
     /* What the runtime keeps in memory: 16/32-bit tensors as stored, int4 linears in the

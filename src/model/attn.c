@@ -1,4 +1,4 @@
-/* src/model/attn.c — gated full attention over a batch (model.md §5.4, §5.5).
+/* src/model/attn.c — gated full attention over a batch (docs/architecture.md §4.3, §4.4).
  *
  * All tokens' keys/values are written to their sequences' caches first (slot = position), then
  * each (token, kv head) attends to slots [0, pos] of its own sequence — causal by

@@ -1,4 +1,4 @@
-/* src/model/deltanet.c — Gated DeltaNet over a batch (model.md §5.6).
+/* src/model/deltanet.c — Gated DeltaNet over a batch (docs/architecture.md §4.5).
  *
  * Projections run over the whole batch; the causal conv and the delta rule run per sequence
  * in token order. The delta rule has two forms that compute the same thing: the recurrent one
@@ -26,8 +26,8 @@ static void l2norm_scale(float *v, int32_t n, float scale) {
     for (int32_t i = 0; i < n; i++) v[i] *= inv;
 }
 
-/* One chunk of c <= GDN_CHUNK tokens of one head (the WY form of model.md §5.6). Rows of q/k
- * (stride ld_qk), v (ld_v), o (ld_o); g = log decay per token, beta per token. */
+/* One chunk of c <= GDN_CHUNK tokens of one head (the chunked form of docs/architecture.md §4.5).
+ * Rows of q/k (stride ld_qk), v (ld_v), o (ld_o); g = log decay per token, beta per token. */
 static void chunk_one(float *S, const float *q, const float *k, const float *v, const float *g,
                       const float *beta, int32_t c, int32_t ld_qk, int32_t ld_v, int32_t dk,
                       int32_t dv, float *o, int32_t ld_o, double *gam, float *A, float *U,

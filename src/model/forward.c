@@ -1,4 +1,4 @@
-/* src/model/forward.c — the trunk over a batch (model.md §5.1, §5.3): embedding, decoder
+/* src/model/forward.c — the trunk over a batch (docs/architecture.md §4.1): embedding, decoder
  * layers with an fp32 residual stream, final norm, lm_head. The blocks live in attn.c,
  * deltanet.c and moe.c. */
 #include <math.h>

@@ -146,8 +146,8 @@ typedef struct {
 epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
                                epyq_err *err);
 
-/* The MTP head (model.md §6.1) over n rows of one sequence: row i = (hidden h [i][H], token
- * tok[i], RoPE position pos[i]); each row's K/V is stored in the sequence's MTP cache at
+/* The MTP head (docs/architecture.md §5) over n rows of one sequence: row i = (hidden h [i][H],
+ * token tok[i], RoPE position pos[i]); each row's K/V is stored in the sequence's MTP cache at
  * slot pos[i]; a row attends to slots [0, pos[i]], which earlier rows or calls filled.
  * logits: [n_logits][vocab] for the LAST n_logits rows (may be NULL / 0); h_out [n][H] the
  * post-mtp.norm hiddens (may be NULL). */

@@ -1,4 +1,4 @@
-/* src/model/moe.c — the MoE block over a batch (model.md §5.7).
+/* src/model/moe.c — the MoE block over a batch (docs/architecture.md §4.6).
  *
  * The batch's tokens are grouped per expert (the shared expert is one more "expert" that every
  * token visits), each expert runs once over its tokens in chunks of at most MOE_CHUNK rows, and

@@ -1,5 +1,6 @@
-/* src/model/mtp.c — the MTP head (model.md §6.1): fc over [normed embedding | normed hidden],
- * one full-attention MoE layer with its own KV cache in the sequence, mtp.norm, trunk lm_head. */
+/* src/model/mtp.c — the MTP head (docs/architecture.md §5): fc over [normed embedding | normed
+ * hidden], one full-attention MoE layer with its own KV cache in the sequence, mtp.norm, trunk
+ * lm_head. */
 #include <stdlib.h>
 #include <string.h>
 

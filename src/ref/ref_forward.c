@@ -1,6 +1,6 @@
 /* src/ref/ref_forward.c — plain-C reference forward pass (see ref_forward.h).
  *
- * Read it top to bottom next to ../shared/spec/model.md: small math helpers, the three blocks
+ * Read it top to bottom next to docs/architecture.md: small math helpers, the three blocks
  * (Gated DeltaNet §5.6, gated attention §5.4, MoE §5.7), the decoder layer §5.3, the trunk and
  * the MTP head §6.1, then loading. Weights are fp32 (exact decodes); everything computed is
  * double. Speed is irrelevant here; being obviously right is the point. */
@@ -396,12 +396,6 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
     if (!ok) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", t->name);
     return epyq_tensor_read_f32(t, 0, n, *dst, err);
 }
-
-#define TRY(x)                                \
-    do {                                      \
-        epyq_status st_ = (x);                \
-        if (st_ != EPYQ_OK) return st_;       \
-    } while (0)
 
 static epyq_status load_layer(epyq_ref *r, layer *ly, const epyq_layer_w *lw, epyq_err *err) {
     ly->full = lw->full_attn;

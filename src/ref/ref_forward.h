@@ -1,6 +1,6 @@
 /* src/ref/ref_forward.h — the plain-C reference forward pass: the project's own oracle.
  *
- * Promise: a literal, readable transcription of ../shared/spec/model.md §5 and §6.1 (trunk and
+ * Promise: a literal, readable transcription of docs/architecture.md §4 and §5 (trunk and
  * MTP head), one token at a time, with every weight decoded exactly to fp32
  * (epyq_linear_dequant) and every activation, norm, softmax, state and accumulation in double.
  * It shares no code with the optimised runtime in src/model/ beyond the loader, so the two can
@@ -31,8 +31,8 @@ int32_t epyq_ref_pos(const epyq_ref *r);
 epyq_status epyq_ref_forward(epyq_ref *r, int32_t token, double *logits, double *hidden,
                              epyq_err *err);
 
-/* One MTP row (model.md §6.1): hidden h [H], token x, RoPE position pos; appends to the MTP
- * layer's own KV cache. logits [V] and h_out [H] (after mtp.norm) may be NULL. Fails with
+/* One MTP row (docs/architecture.md §5): hidden h [H], token x, RoPE position pos; appends to the
+ * MTP layer's own KV cache. logits [V] and h_out [H] (after mtp.norm) may be NULL. Fails with
  * EPYQ_E_ARG when the checkpoint has no MTP head. */
 epyq_status epyq_ref_mtp(epyq_ref *r, const double *h, int32_t token, int32_t pos, double *logits,
                          double *h_out, epyq_err *err);

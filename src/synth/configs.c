@@ -1,7 +1,7 @@
 /* src/synth/configs.c — config.json, generation_config.json and quantize_config.json as the real
  * files are written: Python json.dumps(indent=2) text, config.json with sorted keys (as
- * transformers saves it), every key of the released config (model.md §2.1) and the exact
- * quantization block of each writer (quant-formats.md §4.1, §5.1, §6.1, §7). */
+ * transformers saves it), every key of the released config (docs/architecture.md §2.1) and the
+ * exact quantization block of each writer (docs/quant-formats.md §4.1, §5.1, §6.1, §7). */
 #include <cjson/cJSON.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,71 +9,6 @@
 #include <string.h>
 
 #include "synth/synth_int.h"
-
-/* ---- growable string ---- */
-
-void sb_put(synth_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 4096;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *p = realloc(b->s, nc);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->s = p, b->cap = nc;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-void sb_puts(synth_buf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-void sb_printf(synth_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof tmp) {
-        b->oom = true; /* only short fragments are formatted */
-        return;
-    }
-    sb_put(b, tmp, (size_t)n);
-}
-
-void sb_json_str(synth_buf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    const char *run = s;
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        const char *esc = NULL;
-        char u[8];
-        switch (*p) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
-        default:
-            if (*p < 0x20) snprintf(u, sizeof u, "\\u%04x", *p), esc = u;
-        }
-        if (!esc) continue;
-        sb_put(b, run, (size_t)((const char *)p - run));
-        sb_puts(b, esc);
-        run = (const char *)p + 1;
-    }
-    sb_puts(b, run);
-    sb_put(b, "\"", 1);
-}
-
-void sb_free(synth_buf *b) {
-    free(b->s);
-    memset(b, 0, sizeof *b);
-}
 
 /* ---- Python-style pretty printer over a cJSON tree ---- */
 
@@ -137,7 +72,7 @@ static epyq_status dump(const char *dir, const char *name, const cJSON *root, bo
     if (!root) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", name);
     pyjson(&b, root, 0, sort);
     sb_puts(&b, "\n");
-    epyq_status st = synth_write_file(dir, name, &b, err);
+    epyq_status st = epyq_synth_write_file(dir, name, &b, err);
     sb_free(&b);
     return st;
 }
@@ -371,7 +306,7 @@ static cJSON *awq_block(void) {
 
 /* ---- config.json ---- */
 
-/* text_config: the keys of the released file (model.md §2.1); the special ids follow
+/* text_config: the keys of the released file (docs/architecture.md §2.1); the special ids follow
  * special_base so the tiny shape carries the fixtures' 1000.. ids */
 static cJSON *text_config(const epyq_synth_dims *d) {
     cJSON *t = cJSON_CreateObject(), *lt = cJSON_CreateArray(), *rope = cJSON_CreateObject();
@@ -446,8 +381,8 @@ static cJSON *vision_config(const epyq_synth_dims *d) {
     return v;
 }
 
-epyq_status synth_write_configs(const char *dir, const epyq_synth_dims *d, epyq_synth_format f,
-                                const synth_plan *p, epyq_err *err) {
+epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, epyq_synth_format f,
+                                     const synth_plan *p, epyq_err *err) {
     (void)p;
     const int32_t B = d->special_base;
     bool oom = false;

@@ -26,12 +26,12 @@ int epyq_synth_format_parse(const char *s) {
     return -1;
 }
 
-size_t synth_dtype_size(synth_dtype t) {
+size_t epyq_synth_dtype_size(synth_dtype t) {
     static const size_t sz[] = {8, 4, 4, 2, 2};
     return sz[t];
 }
 
-const char *synth_dtype_name(synth_dtype t) {
+const char *epyq_synth_dtype_name(synth_dtype t) {
     static const char *const nm[] = {"I64", "I32", "F32", "BF16", "F16"};
     return nm[t];
 }
@@ -49,7 +49,7 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
                                .vis_depth = 2, .vis_hidden = 32, .vis_inter = 64, .vis_heads = 2,
                                .vis_pos = 16};
     } else if (!strcmp(shape, "35b-a3b")) {
-        /* = model.md §2.1 */
+        /* = docs/architecture.md §2.1 */
         *d = (epyq_synth_dims){.hidden = 2048, .vocab = 248320, .layers = 40, .n_q_heads = 16,
                                .n_kv_heads = 2, .head_dim = 256, .lin_k_heads = 16,
                                .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128,
@@ -86,7 +86,7 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
     return EPYQ_OK;
 }
 
-uint64_t synth_key(uint64_t seed, const char *name) {
+uint64_t epyq_synth_key(uint64_t seed, const char *name) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name, then mixed with the seed */
     for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
     return synth_mix64(h ^ synth_mix64(seed + 0x9E3779B97F4A7C15ull));
@@ -112,9 +112,9 @@ static int32_t linear_fan_in(const epyq_synth_dims *d, const char *mod) {
     return 0;
 }
 
-epyq_status synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name, synth_rule *r,
-                           epyq_err *err) {
-    r->key = synth_key(seed, name);
+epyq_status epyq_synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *name,
+                                synth_rule *r, epyq_err *err) {
+    r->key = epyq_synth_key(seed, name);
     r->kind = RULE_NORMAL;
     if (!strncmp(name, "model.visual.", 13)) {
         /* vision tower: never used by the text model; ViT-style 0.02 init, LayerNorm ~1 */
@@ -151,7 +151,7 @@ epyq_status synth_rule_for(const epyq_synth_dims *d, uint64_t seed, const char *
     return EPYQ_OK;
 }
 
-void synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out) {
+void epyq_synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out) {
     const uint64_t key = r->key;
     switch (r->kind) { /* normals: the table's fill_normal, whose every table gives the same bits */
     case RULE_NORMAL: epyq_kern()->fill_normal(key, 0.0f, r->sigma, first, n, out); break;
@@ -170,11 +170,11 @@ void synth_fill(const synth_rule *r, uint64_t first, size_t n, float *out) {
     }
 }
 
-void synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *out) {
+void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *out) {
     float tmp[1024];
     while (n) {
         size_t m = n < 1024 ? n : 1024;
-        synth_fill(r, first, m, tmp);
+        epyq_synth_fill(r, first, m, tmp);
         for (size_t i = 0; i < m; i++) { /* already rounded: the upper half is the bf16 */
             union { float f; uint32_t u; } v = {.f = tmp[i]};
             out[i] = (uint16_t)(v.u >> 16);
@@ -186,8 +186,8 @@ void synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_t *ou
 epyq_status epyq_synth_draw(const epyq_synth_dims *d, uint64_t seed, const char *name,
                             uint64_t first, size_t n, float *out, epyq_err *err) {
     synth_rule r;
-    epyq_status st = synth_rule_for(d, seed, name, &r, err);
+    epyq_status st = epyq_synth_rule_for(d, seed, name, &r, err);
     if (st) return st;
-    synth_fill(&r, first, n, out);
+    epyq_synth_fill(&r, first, n, out);
     return EPYQ_OK;
 }

@@ -13,8 +13,9 @@
 #define GS SYNTH_GS
 #define MAX_K 65536            /* widest int4 linear synth quantizes */
 
-epyq_status synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
-                               epyq_synth_format f, const synth_plan *p, epyq_pool *pool, epyq_err *err) {
+epyq_status epyq_synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint64_t seed,
+                                    epyq_synth_format f, const synth_plan *p, epyq_pool *pool,
+                                    epyq_err *err) {
     memset(e, 0, sizeof *e);
     e->d = d, e->seed = seed, e->f = f, e->p = p, e->cur = -1, e->pool = pool;
     e->nw = epyq_pool_size(pool);
@@ -23,14 +24,14 @@ epyq_status synth_emitter_init(synth_emitter *e, const epyq_synth_dims *d, uint6
     e->mz = calloc(nm, sizeof *e->mz);
     e->left = malloc(nm * sizeof *e->left);
     if (!e->ms || !e->mz || !e->left) {
-        synth_emitter_free(e);
+        epyq_synth_emitter_free(e);
         return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory");
     }
     memcpy(e->left, p->module_parts, (size_t)p->n_modules * sizeof *e->left);
     return EPYQ_OK;
 }
 
-void synth_emitter_free(synth_emitter *e) {
+void epyq_synth_emitter_free(synth_emitter *e) {
     if (e->ms)
         for (int32_t i = 0; i < e->p->n_modules; i++) free(e->ms[i]), free(e->mz[i]);
     free(e->ms), free(e->mz), free(e->left), free(e->q), free(e->rows);
@@ -60,8 +61,8 @@ static void quant_task(void *ctx, int32_t task, int32_t worker) {
     float *row = j->e->rows + (size_t)worker * j->e->row_cap;
     size_t r0 = (size_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     for (size_t i = r0; i < r1 && i < j->n; i++) {
-        synth_fill(j->r, i * j->k, j->k, row);
-        synth_quantize(j->e->f, row, 1, (int32_t)j->k, j->e->q + i * j->k, j->s + i * j->gn, j->z + i * j->gn);
+        epyq_synth_fill(j->r, i * j->k, j->k, row);
+        epyq_synth_quantize(j->e->f, row, 1, (int32_t)j->k, j->e->q + i * j->k, j->s + i * j->gn, j->z + i * j->gn);
     }
 }
 
@@ -90,7 +91,7 @@ static epyq_status quantize_module(synth_emitter *e, const synth_tensor *t, epyq
     char name[288];
     snprintf(name, sizeof name, "%s.weight", t->logical);
     synth_rule r;
-    if ((st = synth_rule_for(e->d, e->seed, name, &r, err))) {
+    if ((st = epyq_synth_rule_for(e->d, e->seed, name, &r, err))) {
         if (s != e->ms[t->module]) free(s), free(z);
         return st;
     }
@@ -119,15 +120,15 @@ static void dense_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     const dense_job *j = ctx;
     size_t a = (size_t)task * DENSE_TASK, m = j->n - a < DENSE_TASK ? j->n - a : DENSE_TASK;
-    if (j->f32) synth_fill(j->r, j->first + a, m, (float *)j->out + a); /* F32 copies hold the bf16 values */
-    else synth_fill_bf16(j->r, j->first + a, m, (uint16_t *)j->out + a);
+    if (j->f32) epyq_synth_fill(j->r, j->first + a, m, (float *)j->out + a); /* F32 copies hold the bf16 values */
+    else epyq_synth_fill_bf16(j->r, j->first + a, m, (uint16_t *)j->out + a);
 }
 
 static epyq_status emit_dense_values(synth_emitter *e, const synth_rule *r, uint64_t first, uint64_t count,
                                      synth_dtype dt, synth_sink *sk) {
     while (count) {
         size_t m = count < DENSE_CHUNK ? (size_t)count : DENSE_CHUNK;
-        void *o = synth_sink_get(sk, m * synth_dtype_size(dt));
+        void *o = epyq_synth_sink_get(sk, m * epyq_synth_dtype_size(dt));
         if (!o) return EPYQ_E_IO;
         dense_job j = {.r = r, .first = first, .n = m, .out = o, .f32 = dt == SD_F32};
         if (m <= DENSE_TASK) dense_task(&j, 0, 0);
@@ -143,13 +144,13 @@ static epyq_status emit_q_part(synth_emitter *e, const synth_tensor *t, synth_si
     const int32_t n = t->n, k = t->k, gn = k / GS, n8 = (n + 7) / 8;
     epyq_status st;
     if (t->src == SRC_Q_SHAPE) {
-        int64_t *o = synth_sink_get(sk, 16);
+        int64_t *o = epyq_synth_sink_get(sk, 16);
         if (!o) return EPYQ_E_IO;
         o[0] = n, o[1] = k;
         return EPYQ_OK;
     }
     if (t->src == SRC_Q_GIDX) { /* desc_act false: trivial k / G, written anyway by GPTQModel */
-        int32_t *o = synth_sink_get(sk, (size_t)k * 4);
+        int32_t *o = epyq_synth_sink_get(sk, (size_t)k * 4);
         if (!o) return EPYQ_E_IO;
         for (int32_t i = 0; i < k; i++) o[i] = i / GS;
         return EPYQ_OK;
@@ -161,31 +162,31 @@ static epyq_status emit_q_part(synth_emitter *e, const synth_tensor *t, synth_si
     if (t->src == SRC_Q_PACKED) {
         const int64_t rows = t->shape[0], cols = t->shape[1];
         for (int64_t r = 0; r < rows; r++) {
-            uint32_t *o = synth_sink_get(sk, (size_t)cols * 4);
+            uint32_t *o = epyq_synth_sink_get(sk, (size_t)cols * 4);
             if (!o) return EPYQ_E_IO;
             switch (e->f) {
-            case EPYQ_SYNTH_GPTQ: synth_pack_gptq_qweight(e->q, n, k, (int32_t)r, o); break;
-            case EPYQ_SYNTH_CT: synth_pack_ct(e->q, k, (int32_t)r, o); break;
-            case EPYQ_SYNTH_QUARK: synth_pack_along_n(e->q, n, k, (int32_t)r, true, true, o); break;
-            default: synth_pack_along_n(e->q, n, k, (int32_t)r, false, true, o); break;
+            case EPYQ_SYNTH_GPTQ: epyq_synth_pack_gptq_qweight(e->q, n, k, (int32_t)r, o); break;
+            case EPYQ_SYNTH_CT: epyq_synth_pack_ct(e->q, k, (int32_t)r, o); break;
+            case EPYQ_SYNTH_QUARK: epyq_synth_pack_along_n(e->q, n, k, (int32_t)r, true, true, o); break;
+            default: epyq_synth_pack_along_n(e->q, n, k, (int32_t)r, false, true, o); break;
             }
         }
         return EPYQ_OK;
     }
     if (t->src == SRC_Q_ZEROS) {
         for (int32_t g = 0; g < gn; g++) {
-            uint32_t *o = synth_sink_get(sk, (size_t)(e->f == EPYQ_SYNTH_GPTQ ? n / 8 : n8) * 4);
+            uint32_t *o = epyq_synth_sink_get(sk, (size_t)(e->f == EPYQ_SYNTH_GPTQ ? n / 8 : n8) * 4);
             if (!o) return EPYQ_E_IO;
-            if (e->f == EPYQ_SYNTH_GPTQ) synth_pack_gptq_qzeros(z, n, gn, g, o);
-            else synth_pack_along_n(z, n, gn, g, e->f == EPYQ_SYNTH_QUARK, true, o);
+            if (e->f == EPYQ_SYNTH_GPTQ) epyq_synth_pack_gptq_qzeros(z, n, gn, g, o);
+            else epyq_synth_pack_along_n(z, n, gn, g, e->f == EPYQ_SYNTH_QUARK, true, o);
         }
     } else if (e->f == EPYQ_SYNTH_CT) { /* weight_scale [n][gn] */
-        uint16_t *o = synth_sink_get(sk, (size_t)n * (size_t)gn * 2);
+        uint16_t *o = epyq_synth_sink_get(sk, (size_t)n * (size_t)gn * 2);
         if (!o) return EPYQ_E_IO;
         for (size_t i = 0; i < (size_t)n * (size_t)gn; i++) put_f16(o + i, s[i], t->dtype);
     } else { /* scales [gn][n], transposed */
         for (int32_t g = 0; g < gn; g++) {
-            uint16_t *o = synth_sink_get(sk, (size_t)n * 2);
+            uint16_t *o = epyq_synth_sink_get(sk, (size_t)n * 2);
             if (!o) return EPYQ_E_IO;
             for (int32_t c = 0; c < n; c++) put_f16(o + c, s[(size_t)c * gn + g], t->dtype);
         }
@@ -197,14 +198,14 @@ static epyq_status emit_q_part(synth_emitter *e, const synth_tensor *t, synth_si
     return EPYQ_OK;
 }
 
-epyq_status synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sink *sk, epyq_err *err) {
+epyq_status epyq_synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sink *sk, epyq_err *err) {
     synth_rule r;
     epyq_status st;
     char name[320];
     switch (t->src) {
     case SRC_DENSE: {
-        if ((st = synth_rule_for(e->d, e->seed, t->logical, &r, err))) return st;
-        uint64_t count = t->nbytes / synth_dtype_size(t->dtype);
+        if ((st = epyq_synth_rule_for(e->d, e->seed, t->logical, &r, err))) return st;
+        uint64_t count = t->nbytes / epyq_synth_dtype_size(t->dtype);
         return emit_dense_values(e, &r, 0, count, t->dtype, sk);
     }
     case SRC_FUSED_GATE_UP:
@@ -216,7 +217,7 @@ epyq_status synth_emit_tensor(synth_emitter *e, const synth_tensor *t, synth_sin
             for (int j = 0; j < (t->src == SRC_FUSED_GATE_UP ? 2 : 1); j++) {
                 snprintf(name, sizeof name, "%s.experts.%lld.%s.weight", t->logical, (long long)x,
                          t->src == SRC_FUSED_DOWN ? "down_proj" : gu[j]);
-                if ((st = synth_rule_for(e->d, e->seed, name, &r, err))) return st;
+                if ((st = epyq_synth_rule_for(e->d, e->seed, name, &r, err))) return st;
                 if ((st = emit_dense_values(e, &r, 0, per, SD_BF16, sk))) return st;
             }
         return EPYQ_OK;

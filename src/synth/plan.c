@@ -1,7 +1,8 @@
 /* src/synth/plan.c — which tensors a checkpoint of each format holds, with names, dtypes and
- * shapes as each real writer stores them (model.md §4, quant-formats.md §4-§8, and the fixture
- * folders), and how they are laid out: names sorted and cut into shards of about equal size
- * (at least 2, at most ~5 GB each like save_pretrained), inside a shard (dtype size desc, name). */
+ * shapes as each real writer stores them (docs/architecture.md §3, docs/quant-formats.md §4-§8, and
+ * the fixture folders), and how they are laid out: names sorted and cut into shards of about equal
+ * size (at least 2, at most ~5 GB each like save_pretrained), inside a shard (dtype size desc,
+ * name). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ static synth_tensor *push(builder *b, const char *name, const char *logical, syn
     }
     p->n++;
     t->src = src, t->dtype = dt, t->ndim = ndim, t->module = -1;
-    uint64_t nb = synth_dtype_size(dt);
+    uint64_t nb = epyq_synth_dtype_size(dt);
     for (int32_t i = 0; i < ndim; i++) t->shape[i] = shape[i], nb *= (uint64_t)shape[i];
     t->nbytes = nb;
     return t;
@@ -235,17 +236,17 @@ static int cmp_name(const void *a, const void *b) {
 static int cmp_file_order(const void *a, const void *b) {
     const synth_tensor *x = a, *y = b;
     if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
-    size_t sx = synth_dtype_size(x->dtype), sy = synth_dtype_size(y->dtype);
+    size_t sx = epyq_synth_dtype_size(x->dtype), sy = epyq_synth_dtype_size(y->dtype);
     if (sx != sy) return sx > sy ? -1 : 1;
     return strcmp(x->name, y->name);
 }
 
-epyq_status synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f, bool fused,
-                             epyq_err *err) {
+epyq_status epyq_synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth_format f,
+                                  bool fused, epyq_err *err) {
     memset(p, 0, sizeof *p);
     builder b = {.p = p, .d = d, .f = f, .fused_bf16 = fused, .err = err};
     const bool bf16 = f == EPYQ_SYNTH_BF16;
-    /* What each writer quantizes (quant-formats.md §4.7, §5.5, §6.5; AWQ: Linear layers whose
+    /* What each writer quantizes (docs/quant-formats.md §4.5, §5.3, §6.3; AWQ: Linear layers whose
      * out_features AutoAWQ can pack, i.e. not the [Hv][H] in_proj_a/b). */
     const bool q_exp = !bf16, q_shared = f == EPYQ_SYNTH_CT || f == EPYQ_SYNTH_AWQ;
     const bool q_attn = f == EPYQ_SYNTH_CT || f == EPYQ_SYNTH_QUARK || f == EPYQ_SYNTH_AWQ;
@@ -280,7 +281,7 @@ epyq_status synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth
     }
     if (d->vis_depth > 0) vision(&b);
     if (b.st) {
-        synth_plan_free(p);
+        epyq_synth_plan_free(p);
         return b.st;
     }
 
@@ -301,7 +302,7 @@ epyq_status synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth
     p->shard_bytes = calloc((size_t)p->n_shards, sizeof *p->shard_bytes);
     p->module_parts = calloc((size_t)p->n_modules + 1, sizeof *p->module_parts);
     if (!p->shard_bytes || !p->module_parts) {
-        synth_plan_free(p);
+        epyq_synth_plan_free(p);
         return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory for the tensor plan");
     }
     for (size_t i = 0; i < p->n; i++) {
@@ -313,7 +314,7 @@ epyq_status synth_plan_build(synth_plan *p, const epyq_synth_dims *d, epyq_synth
     return EPYQ_OK;
 }
 
-void synth_plan_free(synth_plan *p) {
+void epyq_synth_plan_free(synth_plan *p) {
     for (size_t i = 0; i < p->n; i++) free(p->t[i].name), free(p->t[i].logical);
     free(p->t);
     free(p->shard_bytes);

@@ -1,6 +1,6 @@
 /* src/synth/quant.c — int4 round-to-nearest quantizers with each tool's own scale rule, and the
- * per-format packers (quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in 0..15.
- * All rounding is ties-to-even, like torch.round. */
+ * per-format packers (docs/quant-formats.md §2-§7). Codes are canonical: w = (q - z) * s, q in
+ * 0..15. All rounding is ties-to-even, like torch.round. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -66,8 +66,8 @@ static float quant_group(const epyq_kern_table *kt, epyq_synth_format f, const f
     return 0;
 }
 
-void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
-                    uint8_t *z) {
+void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q,
+                         float *s, uint8_t *z) {
     const int32_t gn = k / SYNTH_GS;
     const epyq_kern_table *kt = epyq_kern();
     for (int32_t r = 0; r < n; r++)
@@ -77,7 +77,7 @@ void synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, u
         }
 }
 
-void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out) {
+void epyq_synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out) {
     /* word (row, c): slot j = code of output c, input 8*row + j (packed along K, sequential) */
     for (int32_t c = 0; c < n; c++) {
         const uint8_t *p = q + (size_t)c * (size_t)k + (size_t)row * 8;
@@ -87,7 +87,7 @@ void synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row
     }
 }
 
-void synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_t g, uint32_t *out) {
+void epyq_synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_t g, uint32_t *out) {
     /* v1 storage (checkpoint_format "gptq"): GPTQModel subtracts 0x11111111 from each v2 word */
     for (int32_t c = 0; c < n / 8; c++) {
         uint32_t w = 0;
@@ -96,7 +96,7 @@ void synth_pack_gptq_qzeros(const uint8_t *z, int32_t n, int32_t gn, int32_t g, 
     }
 }
 
-void synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out) {
+void epyq_synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out) {
     /* word (row, c): slot j = q[row][8c + j]; q is already the signed code + 8 */
     const uint8_t *p = q + (size_t)row * (size_t)k;
     int32_t c = 0;
@@ -115,8 +115,8 @@ void synth_pack_ct(const uint8_t *q, int32_t k, int32_t row, uint32_t *out) {
     }
 }
 
-void synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk, bool twos_compl,
-                        bool awq_order, uint32_t *out) {
+void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_t kk,
+                             bool twos_compl, bool awq_order, uint32_t *out) {
     /* slot i of word c holds output 8c + order[i]; AWQ order puts even outputs in the low half */
     static const int awq[8] = {0, 2, 4, 6, 1, 3, 5, 7};
     for (int32_t c = 0; c < (n + 7) / 8; c++) {

@@ -3,8 +3,8 @@
  * Promise: epyq_synth_write() writes a complete Hugging Face checkpoint folder — config.json,
  * generation_config.json, sharded safetensors + model.safetensors.index.json, tokenizer.json and
  * tokenizer_config.json (+ quantize_config.json for GPTQ) — laid out the way each real writer lays
- * it out (../shared/spec/quant-formats.md, model.md §4): the same tensor names, dtypes, packing and
- * config blocks; shards hold tensors in (dtype size, name) order with space-padded headers.
+ * it out (docs/quant-formats.md, docs/architecture.md §3): the same tensor names, dtypes, packing
+ * and config blocks; shards hold tensors in (dtype size, name) order with space-padded headers.
  * Every value is a pure function of (seed, tensor name, element index), so any tensor can be
  * regenerated on its own (epyq_synth_draw) and two runs with the same options give identical
  * bytes. Writing streams: memory stays at a few tensors whatever the model size. */
@@ -34,7 +34,7 @@ typedef enum {
 const char *epyq_synth_format_name(epyq_synth_format f);
 int epyq_synth_format_parse(const char *s);
 
-/* Every dimension the generator needs (model.md §3 symbols in comments). */
+/* Every dimension the generator needs (docs/architecture.md §1 symbols in comments). */
 typedef struct {
     int32_t hidden;              /* H */
     int32_t vocab;               /* V (padded embedding rows) */

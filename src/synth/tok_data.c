@@ -1,12 +1,12 @@
 /* src/synth/tok_data.c — data for the generated tokenizer.
  *
- * synth_chat_template: the chat template of Qwen/Qwen3.6-35B-A3B, unmodified (Apache License 2.0,
+ * epyq_synth_chat_template: the chat template of Qwen/Qwen3.6-35B-A3B, unmodified (Apache License 2.0,
  * Qwen team), byte-exact: 7764 bytes, SHA-256 e84f32a23fdda27689f868aa4a1a5621f41133e51a48d7f3efcbea2839574259, no trailing newline.
- * synth_corpus: a short English / C / Python / JSON sample written for epyq; the BPE merges of
+ * epyq_synth_corpus: a short English / C / Python / JSON sample written for epyq; the BPE merges of
  * generated tokenizers are learnt from it. */
 #include "synth/synth_int.h"
 
-const char synth_chat_template[] =
+const char epyq_synth_chat_template[] =
     "{%- set image_count = namespace(value=0) %}\n"
     "{%- set video_count = namespace(value=0) %}\n"
     "{%- macro render_content(content, do_vision_count, is_system_content=false) %}\n"
@@ -177,7 +177,7 @@ const char synth_chat_template[] =
     "    {%- endif %}\n"
     "{%- endif %}";
 
-const char synth_corpus[] =
+const char epyq_synth_corpus[] =
     "The quick brown fox jumps over the lazy dog. This is a short sample of ordinary English text\n"
     "that the synthetic tokenizer learns its first merges from, so that common words such as the,\n"
     "and, of, to, in, is, that, for, with, as, on, be, at, by, this, have, from, or, one, had, not,\n"

@@ -107,7 +107,7 @@ static bool sink_flush(synth_sink *s) {
     return true;
 }
 
-void *synth_sink_get(synth_sink *s, size_t n) {
+void *epyq_synth_sink_get(synth_sink *s, size_t n) {
     if (n > SINK_MAX_GET) return NULL;
     if (s->used + n > SINK_BUF && !sink_flush(s)) return NULL;
     void *p = s->buf[s->cur] + s->used;
@@ -158,13 +158,13 @@ static void header_json(synth_buf *h, const synth_plan *p, size_t first, size_t 
         const synth_tensor *t = &p->t[i];
         sb_puts(h, ",");
         sb_json_str(h, t->name);
-        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", synth_dtype_name(t->dtype));
+        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", epyq_synth_dtype_name(t->dtype));
         for (int32_t d = 0; d < t->ndim; d++) sb_printf(h, d ? ",%lld" : "%lld", (long long)t->shape[d]);
         sb_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->offset,
                   (unsigned long long)(t->offset + t->nbytes));
     }
     sb_puts(h, "}");
-    while ((h->len + 8) % 8) sb_put(h, " ", 1); /* safetensors pads the header with spaces */
+    while ((h->b.len + 8) % 8) sb_put(h, " ", 1); /* safetensors pads the header with spaces */
 }
 
 static epyq_status write_shard(const char *dir, const synth_plan *p, int32_t shard, size_t first, size_t end,
@@ -195,18 +195,18 @@ static epyq_status write_shard(const char *dir, const synth_plan *p, int32_t sha
         goto out;
     }
     sk->path = tmp, sk->used = 0, sk->file_off = 0;
-    uint64_t hl = h.len;
-    uint8_t *o = synth_sink_get(sk, 8); /* u64 little-endian header length */
+    uint64_t hl = h.b.len;
+    uint8_t *o = epyq_synth_sink_get(sk, 8); /* u64 little-endian header length */
     if (o) memcpy(o, &hl, 8);
-    const char *hp = h.s;
-    size_t left = h.len;
+    const char *hp = h.b.p;
+    size_t left = h.b.len;
     while (left && o) { /* the header can exceed the buffer for 100k-tensor shards */
         size_t m = left < SINK_MAX_GET ? left : SINK_MAX_GET;
-        if ((o = synth_sink_get(sk, m))) memcpy(o, hp, m);
+        if ((o = epyq_synth_sink_get(sk, m))) memcpy(o, hp, m);
         hp += m, left -= m;
     }
-    sk->data_done -= 8 + h.len; /* header bytes are not tensor data */
-    for (size_t i = first; i < end && !st; i++) st = synth_emit_tensor(em, &p->t[i], sk, err);
+    sk->data_done -= 8 + h.b.len; /* header bytes are not tensor data */
+    for (size_t i = first; i < end && !st; i++) st = epyq_synth_emit_tensor(em, &p->t[i], sk, err);
     bool ok = sink_flush(sk) && sink_wait(sk);
     if (!ok && (!st || st == EPYQ_E_IO)) st = epyq_err_set(err, sk->werr.code, "%s", sk->werr.msg);
     if (!st && fsync(sk->fd) != 0) st = epyq_err_set(err, EPYQ_E_IO, "%s: fsync: %s", tmp, strerror(errno));
@@ -215,7 +215,7 @@ static epyq_status write_shard(const char *dir, const synth_plan *p, int32_t sha
     if (!st && rename(tmp, path) != 0)
         st = epyq_err_set(err, EPYQ_E_IO, "%s: rename: %s", path, strerror(errno));
     if (st) unlink(tmp);
-    else stats->file_bytes += 8 + h.len + p->shard_bytes[shard];
+    else stats->file_bytes += 8 + h.b.len + p->shard_bytes[shard];
 out:
     sb_free(&h);
     free(tmp), free(path), free(fname);
@@ -249,7 +249,7 @@ static epyq_status write_index(const char *dir, const synth_plan *p, epyq_err *e
         sb_puts(&b, i + 1 < p->n ? ",\n" : "\n");
     }
     sb_puts(&b, "  }\n}\n");
-    st = synth_write_file(dir, "model.safetensors.index.json", &b, err);
+    st = epyq_synth_write_file(dir, "model.safetensors.index.json", &b, err);
 out:
     if (files)
         for (int32_t i = 0; i < p->n_shards; i++) free(files[i]);
@@ -258,11 +258,11 @@ out:
     return st;
 }
 
-epyq_status synth_write_file(const char *dir, const char *name, const synth_buf *b, epyq_err *err) {
+epyq_status epyq_synth_write_file(const char *dir, const char *name, const synth_buf *b, epyq_err *err) {
     if (b->oom) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", name);
     char *path = epyq_path_join(dir, name);
     if (!path) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", name);
-    epyq_status st = epyq_file_write_atomic(path, b->s ? b->s : "", b->len, err);
+    epyq_status st = epyq_file_write_atomic(path, b->b.p ? b->b.p : "", b->b.len, err);
     free(path);
     return st;
 }
@@ -280,28 +280,28 @@ epyq_status epyq_synth_write(const epyq_synth_opts *o, epyq_synth_stats *stats, 
     epyq_status st = epyq_mkdir_p(o->out_dir, err);
     if (st) return st;
     synth_plan plan;
-    if ((st = synth_plan_build(&plan, &o->dims, o->format, o->fused_experts, err))) return st;
+    if ((st = epyq_synth_plan_build(&plan, &o->dims, o->format, o->fused_experts, err))) return st;
     epyq_pool *pool;
     epyq_pool_opts po = {.n_threads = o->threads, .node = -1};
     if ((st = epyq_pool_create(&pool, &po, err))) {
-        synth_plan_free(&plan);
+        epyq_synth_plan_free(&plan);
         return st;
     }
     synth_emitter em;
-    if ((st = synth_emitter_init(&em, &o->dims, o->seed, o->format, &plan, pool, err))) {
+    if ((st = epyq_synth_emitter_init(&em, &o->dims, o->seed, o->format, &plan, pool, err))) {
         epyq_pool_free(pool);
-        synth_plan_free(&plan);
+        epyq_synth_plan_free(&plan);
         return st;
     }
     synth_sink sk;
     if ((st = sink_init(&sk, &plan, o, err))) {
-        synth_emitter_free(&em);
+        epyq_synth_emitter_free(&em);
         epyq_pool_free(pool);
-        synth_plan_free(&plan);
+        epyq_synth_plan_free(&plan);
         return st;
     }
-    if (!st) st = synth_write_configs(o->out_dir, &o->dims, o->format, &plan, err);
-    if (!st) st = synth_write_tokenizer(o->out_dir, &o->dims, o->tokenizer, err);
+    if (!st) st = epyq_synth_write_configs(o->out_dir, &o->dims, o->format, &plan, err);
+    if (!st) st = epyq_synth_write_tokenizer(o->out_dir, &o->dims, o->tokenizer, err);
     size_t first = 0;
     for (int32_t s = 0; s < plan.n_shards && !st; s++) {
         size_t end = first;
@@ -318,8 +318,8 @@ epyq_status epyq_synth_write(const epyq_synth_opts *o, epyq_synth_stats *stats, 
         stats->seconds = epyq_now() - t0;
     }
     sink_free(&sk);
-    synth_emitter_free(&em);
+    epyq_synth_emitter_free(&em);
     epyq_pool_free(pool);
-    synth_plan_free(&plan);
+    epyq_synth_plan_free(&plan);
     return st;
 }

@@ -14,7 +14,7 @@
 #define CACHE_KEY_MAX 64     /* longer pieces are not cached (rare, and they would evict) */
 #define NO_RANK UINT32_MAX
 
-epyq_status tok_ids_push(tok_ids *a, int32_t id, epyq_err *err) {
+epyq_status epyq_tok_ids_push(tok_ids *a, int32_t id, epyq_err *err) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 64;
         int32_t *v = cap <= SIZE_MAX / sizeof *v ? realloc(a->v, cap * sizeof *v) : NULL;
@@ -126,7 +126,7 @@ static size_t merge_heap(const tok_pairmap *m, int32_t *sym, size_t n) {
     return out;
 }
 
-size_t tok_bpe_merge(const tok_pairmap *merges, int32_t *sym, size_t n, int mode) {
+size_t epyq_tok_bpe_merge(const tok_pairmap *merges, int32_t *sym, size_t n, int mode) {
     if (n < 2 || merges->n == 0) return n;
     if (mode == 2 || (mode == 0 && n > SCAN_MAX)) return merge_heap(merges, sym, n);
     if (n <= SCAN_MAX) {
@@ -165,7 +165,7 @@ struct tok_cache {
     size_t ids_len;
 };
 
-tok_cache *tok_cache_new(size_t entries) {
+tok_cache *epyq_tok_cache_new(size_t entries) {
     if (entries == 0 || entries > ((size_t)1 << 24)) return NULL;
     tok_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
@@ -186,7 +186,7 @@ tok_cache *tok_cache_new(size_t entries) {
     return c;
 }
 
-void tok_cache_free(tok_cache *c) {
+void epyq_tok_cache_free(tok_cache *c) {
     if (!c) return;
     pthread_mutex_destroy(&c->mu);
     free(c->slots);
@@ -195,12 +195,12 @@ void tok_cache_free(tok_cache *c) {
     free(c);
 }
 
-tok_cache *tok_cache_acquire(const epyq_tok *t) {
+tok_cache *epyq_tok_cache_acquire(const epyq_tok *t) {
     if (!t->cache || pthread_mutex_trylock(&t->cache->mu) != 0) return NULL;
     return t->cache;
 }
 
-void tok_cache_release(tok_cache *c) {
+void epyq_tok_cache_release(tok_cache *c) {
     if (c) pthread_mutex_unlock(&c->mu);
 }
 
@@ -236,16 +236,16 @@ static void cache_put(tok_cache *c, uint64_t h, const uint8_t *s, size_t n, cons
 
 /* ---- one piece ------------------------------------------------------------------------ */
 
-epyq_status tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s, size_t n, tok_ids *out,
+epyq_status epyq_tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s, size_t n, tok_ids *out,
                           epyq_err *err) {
     if (n == 0) return EPYQ_OK;
     uint64_t h = 0;
     if (cache && n <= CACHE_KEY_MAX) {
-        h = tok_hash_bytes(s, n) | 1; /* never 0, the empty mark */
+        h = epyq_tok_hash_bytes(s, n) | 1; /* never 0, the empty mark */
         const cache_slot_t *e = cache_slot(cache, h, s, n);
         if (e->hash) {
             for (size_t k = 0; k < e->n_ids; k++) {
-                epyq_status st = tok_ids_push(out, cache->ids[e->ids_off + k], err);
+                epyq_status st = epyq_tok_ids_push(out, cache->ids[e->ids_off + k], err);
                 if (st) return st;
             }
             return EPYQ_OK;
@@ -266,10 +266,10 @@ epyq_status tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s,
         }
         sym[k++] = id;
     }
-    k = tok_bpe_merge(&t->merges, sym, k, 0);
+    k = epyq_tok_bpe_merge(&t->merges, sym, k, 0);
     epyq_status st = EPYQ_OK;
     if (k == SIZE_MAX) st = epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: out of memory merging a %zu-byte word", n);
-    for (size_t i = 0; !st && i < k; i++) st = tok_ids_push(out, sym[i], err);
+    for (size_t i = 0; !st && i < k; i++) st = epyq_tok_ids_push(out, sym[i], err);
     if (!st && cache && n <= CACHE_KEY_MAX) cache_put(cache, h, s, n, sym, k);
     if (sym != small) free(sym);
     return st;

@@ -11,14 +11,14 @@ static bool printable_latin1(unsigned b) {
 }
 
 /* The 68 shifted bytes are 0x00..0x20 (33), 0x7F..0xA0 (34) and 0xAD, in that order. */
-uint32_t tok_bytelevel_char(uint8_t b) {
+uint32_t epyq_tok_bytelevel_char(uint8_t b) {
     if (printable_latin1(b)) return b;
     if (b <= 0x20) return 256u + b;
     if (b >= 0x7F && b <= 0xA0) return 256u + 33u + (b - 0x7Fu);
     return 256u + 67u; /* 0xAD */
 }
 
-int tok_bytelevel_byte(uint32_t cp) {
+int epyq_tok_bytelevel_byte(uint32_t cp) {
     if (cp < 256) return printable_latin1(cp) ? (int)cp : -1;
     uint32_t k = cp - 256;
     if (k < 33) return (int)k;

@@ -26,7 +26,7 @@ epyq_status epyq_tok_decode(const epyq_tok *t, const int32_t *ids, size_t n, boo
         uint32_t a = t->dec_off[ids[i]], b = t->dec_off[ids[i] + 1];
         if (!epyq_sbuf_add(&bytes, t->dec + a, b - a)) goto nomem;
     }
-    if (tok_utf8_lossy((const uint8_t *)bytes.p, bytes.len, true, &text) == SIZE_MAX) goto nomem;
+    if (epyq_tok_utf8_lossy((const uint8_t *)bytes.p, bytes.len, true, &text) == SIZE_MAX) goto nomem;
     epyq_sbuf_free(&bytes);
     *out = epyq_sbuf_take(&text, out_len);
     return *out ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: out of memory decoding %zu ids", n);
@@ -61,7 +61,7 @@ static epyq_status stream_emit(epyq_tok_stream *s, const uint8_t *more, size_t n
     if (out_len) *out_len = 0;
     epyq_sbuf bytes = {0}, text = {0};
     if (!epyq_sbuf_add(&bytes, s->tail, s->tail_len) || !epyq_sbuf_add(&bytes, more, n)) goto nomem;
-    size_t used = tok_utf8_lossy((const uint8_t *)bytes.p, bytes.len, final, &text);
+    size_t used = epyq_tok_utf8_lossy((const uint8_t *)bytes.p, bytes.len, final, &text);
     if (used == SIZE_MAX) goto nomem;
     /* Only a valid-so-far prefix of one sequence is ever held back: under 4 bytes. */
     s->tail_len = bytes.len - used;

@@ -25,25 +25,25 @@ typedef struct {
 /* Regex split (Isolated: matches and the gaps between them are pieces), then BPE. */
 static epyq_status encode_normalized(enc *E, const uint8_t *s, size_t n) {
     const epyq_tok *t = E->t;
-    if (!t->split_re) return tok_bpe_piece(t, E->cache, s, n, &E->out, E->err);
+    if (!t->split_re) return epyq_tok_bpe_piece(t, E->cache, s, n, &E->out, E->err);
     size_t pos = 0, prev = 0;
     while (pos < n) {
         size_t ms, me;
         bool found;
-        epyq_status st = tok_split_find(t, &E->split, s, n, pos, &ms, &me, &found, E->err);
+        epyq_status st = epyq_tok_split_find(t, &E->split, s, n, pos, &ms, &me, &found, E->err);
         if (st) return st;
         if (!found) break;
         if (me == ms) { /* an empty match makes no piece: step over one character */
             size_t cl;
-            tok_utf8_get(s + ms, n - ms, &cl);
+            epyq_tok_utf8_get(s + ms, n - ms, &cl);
             pos = ms + cl;
             continue;
         }
-        if (prev < ms && (st = tok_bpe_piece(t, E->cache, s + prev, ms - prev, &E->out, E->err))) return st;
-        if ((st = tok_bpe_piece(t, E->cache, s + ms, me - ms, &E->out, E->err))) return st;
+        if (prev < ms && (st = epyq_tok_bpe_piece(t, E->cache, s + prev, ms - prev, &E->out, E->err))) return st;
+        if ((st = epyq_tok_bpe_piece(t, E->cache, s + ms, me - ms, &E->out, E->err))) return st;
         prev = pos = me;
     }
-    return prev < n ? tok_bpe_piece(t, E->cache, s + prev, n - prev, &E->out, E->err) : EPYQ_OK;
+    return prev < n ? epyq_tok_bpe_piece(t, E->cache, s + prev, n - prev, &E->out, E->err) : EPYQ_OK;
 }
 
 /* Index of the longest added token of the given kind starting at s[pos], or -1. */
@@ -83,16 +83,16 @@ static epyq_status split_added(enc *E, bool normalized, const uint8_t *s, size_t
         size_t start = pos, stop = pos + a->len, cl;
         pos = stop;
         if (a->flags & TOK_ADDED_SINGLE_WORD) {
-            bool word_before = start > 0 && tok_is_word_char(tok_utf8_get_prev(s, start, &cl));
-            bool word_after = stop < n && tok_is_word_char(tok_utf8_get(s + stop, n - stop, &cl));
+            bool word_before = start > 0 && epyq_tok_is_word_char(epyq_tok_utf8_get_prev(s, start, &cl));
+            bool word_after = stop < n && epyq_tok_is_word_char(epyq_tok_utf8_get(s + stop, n - stop, &cl));
             if (word_before || word_after) continue;
         }
         if (a->flags & TOK_ADDED_LSTRIP) /* swallow the spaces before it, not past the last cut */
-            while (start > start_offset && tok_is_white_space(tok_utf8_get_prev(s, start, &cl))) start -= cl;
+            while (start > start_offset && epyq_tok_is_white_space(epyq_tok_utf8_get_prev(s, start, &cl))) start -= cl;
         if (a->flags & TOK_ADDED_RSTRIP)
-            while (stop < n && tok_is_white_space(tok_utf8_get(s + stop, n - stop, &cl))) stop += cl;
+            while (stop < n && epyq_tok_is_white_space(epyq_tok_utf8_get(s + stop, n - stop, &cl))) stop += cl;
         if (start_offset < start && (st = next(E, s + start_offset, start - start_offset))) return st;
-        if ((st = tok_ids_push(&E->out, a->id, E->err))) return st;
+        if ((st = epyq_tok_ids_push(&E->out, a->id, E->err))) return st;
         start_offset = pos = stop;
     }
     return start_offset < n ? next(E, s + start_offset, n - start_offset) : EPYQ_OK;
@@ -103,12 +103,12 @@ static epyq_status after_normalize(enc *E, const uint8_t *s, size_t n) {
     return encode_normalized(E, s, n);
 }
 
-/* NFC of one gap (tok_nfc leaves text that is already NFC uncopied). */
+/* NFC of one gap (epyq_tok_nfc leaves text that is already NFC uncopied). */
 static epyq_status normalize_gap(enc *E, const uint8_t *s, size_t n) {
     if (!E->t->nfc) return after_normalize(E, s, n);
     epyq_sbuf norm = {0};
     bool changed;
-    epyq_status st = tok_nfc(s, n, &norm, &changed, E->err);
+    epyq_status st = epyq_tok_nfc(s, n, &norm, &changed, E->err);
     if (!st) st = changed ? after_normalize(E, (const uint8_t *)norm.p, norm.len) : after_normalize(E, s, n);
     epyq_sbuf_free(&norm);
     return st;
@@ -122,18 +122,18 @@ epyq_status epyq_tok_encode_ex(const epyq_tok *t, const char *text, size_t len, 
     const uint8_t *s = (const uint8_t *)text;
     epyq_sbuf fixed = {0};
     /* The reference only ever sees valid strings: repair like String::from_utf8_lossy. */
-    if (!tok_utf8_valid(s, len)) {
-        if (tok_utf8_lossy(s, len, true, &fixed) == SIZE_MAX) {
+    if (!epyq_tok_utf8_valid(s, len)) {
+        if (epyq_tok_utf8_lossy(s, len, true, &fixed) == SIZE_MAX) {
             epyq_sbuf_free(&fixed);
             return epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: out of memory repairing a %zu-byte text", len);
         }
         s = (const uint8_t *)fixed.p;
         len = fixed.len;
     }
-    E.cache = tok_cache_acquire(t);
+    E.cache = epyq_tok_cache_acquire(t);
     epyq_status st = split_added(&E, false, s, len, normalize_gap);
-    tok_cache_release(E.cache);
-    tok_split_state_free(&E.split);
+    epyq_tok_cache_release(E.cache);
+    epyq_tok_split_state_free(&E.split);
     epyq_sbuf_free(&fixed);
     if (!st && !E.out.v && !(E.out.v = malloc(sizeof *E.out.v)))
         st = epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: out of memory");

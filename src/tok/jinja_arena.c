@@ -14,7 +14,7 @@ struct jj_chunk {
 
 enum { CHUNK_MIN = 64 * 1024 };
 
-void *jj_alloc(jj_arena *a, size_t n) {
+void *epyq_jj_alloc(jj_arena *a, size_t n) {
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     if (a->max && (n > a->max || a->used > a->max - n)) return NULL;
@@ -35,20 +35,20 @@ void *jj_alloc(jj_arena *a, size_t n) {
     return p;
 }
 
-void *jj_alloc_array(jj_arena *a, size_t n, size_t size) {
+void *epyq_jj_alloc_array(jj_arena *a, size_t n, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(n, size, &total)) return NULL;
-    return jj_alloc(a, total);
+    return epyq_jj_alloc(a, total);
 }
 
-char *jj_strdup(jj_arena *a, const char *s, size_t n) {
+char *epyq_jj_strdup(jj_arena *a, const char *s, size_t n) {
     if (n == (size_t)-1) return NULL;
-    char *p = jj_alloc(a, n + 1);
+    char *p = epyq_jj_alloc(a, n + 1);
     if (p && n) memcpy(p, s, n);
     return p;
 }
 
-void jj_arena_free(jj_arena *a) {
+void epyq_jj_arena_free(jj_arena *a) {
     for (jj_chunk *c = a->head, *next; c; c = next) {
         next = c->next;
         free(c);

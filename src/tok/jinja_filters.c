@@ -54,13 +54,13 @@ static const struct {
     {"upper", T_UPPER}, {"filter", T_FILTER}, {"test", T_TEST},
 };
 
-int jj_filter_id(const char *name) {
+int epyq_jj_filter_id(const char *name) {
     for (size_t i = 0; i < sizeof FILTERS / sizeof FILTERS[0]; i++)
         if (!strcmp(FILTERS[i].name, name)) return (int)FILTERS[i].id;
     return -1;
 }
 
-int jj_test_id(const char *name) {
+int epyq_jj_test_id(const char *name) {
     for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++)
         if (!strcmp(TESTS[i].name, name)) return (int)TESTS[i].id;
     return -1;
@@ -95,7 +95,7 @@ static bool map_case(jrender *r, jv s, int mode, jv *out) {
     bool word_start = true, first = true;
     while (i < n) {
         size_t a = i;
-        uint32_t c = jj_utf8_next(s.u.s.p, n, &i);
+        uint32_t c = epyq_jj_utf8_next(s.u.s.p, n, &i);
         bool valid = i - a > 1 || c < 0x80;
         int32_t m = (int32_t)c;
         if (valid) {
@@ -103,7 +103,7 @@ static bool map_case(jrender *r, jv s, int mode, jv *out) {
             m = up ? utf8proc_toupper((int32_t)c) : utf8proc_tolower((int32_t)c);
         }
         if (mode == 3) /* jinja2 splits words at whitespace and -([{< */
-            word_start = jj_py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+            word_start = epyq_jj_py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
         first = false;
         bool ok;
         if (!valid) {
@@ -115,26 +115,26 @@ static bool map_case(jrender *r, jv s, int mode, jv *out) {
         }
         if (!ok) {
             epyq_sbuf_free(&b);
-            return jj_nomem(r);
+            return epyq_jj_nomem(r);
         }
     }
-    return jj_str_from_buf(r, &b, out);
+    return epyq_jj_str_from_buf(r, &b, out);
 }
 
 static bool length_of(jrender *r, jv v, int64_t *n) {
     switch (v.t) {
     case JV_UNDEF: *n = 0; return true;
-    case JV_STR: *n = (int64_t)jj_utf8_len(v.u.s.p, v.u.s.n); return true;
+    case JV_STR: *n = (int64_t)epyq_jj_utf8_len(v.u.s.p, v.u.s.n); return true;
     case JV_LIST: *n = (int64_t)v.u.l->n; return true;
     case JV_DICT: *n = (int64_t)v.u.d->n; return true;
-    default: return jj_fail(r, "object of type '%s' has no len()", jj_type_name(v));
+    default: return epyq_jj_fail(r, "object of type '%s' has no len()", epyq_jj_type_name(v));
     }
 }
 
 /* attribute="a.b.0" lookups, as jinja2's make_attrgetter. */
 static bool get_path(jrender *r, jv obj, jv path, jv *out) {
-    if (path.t == JV_INT) return jj_getitem(r, obj, path, out);
-    if (path.t != JV_STR) return jj_fail(r, "attribute must be a string");
+    if (path.t == JV_INT) return epyq_jj_getitem(r, obj, path, out);
+    if (path.t != JV_STR) return epyq_jj_fail(r, "attribute must be a string");
     const char *p = path.u.s.p, *end = p + path.u.s.n;
     *out = obj;
     while (p <= end) {
@@ -151,7 +151,7 @@ static bool get_path(jrender *r, jv obj, jv path, jv *out) {
             idx = idx * 10 + (p[i] - '0');
         }
         if (digits) key = jv_int(idx);
-        if (!jj_getitem(r, *out, key, out)) return false;
+        if (!epyq_jj_getitem(r, *out, key, out)) return false;
         if (!dot) break;
         p = dot + 1;
     }
@@ -162,9 +162,9 @@ static bool cmp_for_sort(jrender *r, jv a, jv b, bool case_sensitive, int *c) {
     if (!case_sensitive && a.t == JV_STR && b.t == JV_STR) {
         jv la, lb;
         if (!map_case(r, a, 0, &la) || !map_case(r, b, 0, &lb)) return false;
-        return jj_compare(r, la, lb, c);
+        return epyq_jj_compare(r, la, lb, c);
     }
-    return jj_compare(r, a, b, c);
+    return epyq_jj_compare(r, a, b, c);
 }
 
 /* Stable insertion sort of items by keys (small lists; every comparison counts a step). */
@@ -172,7 +172,7 @@ static bool sort_by(jrender *r, jv *items, jv *keys, size_t n, bool case_sensiti
     for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0; j--) {
             int c;
-            if (!jj_count_step(r) || !cmp_for_sort(r, keys[j - 1], keys[j], case_sensitive, &c)) return false;
+            if (!epyq_jj_count_step(r) || !cmp_for_sort(r, keys[j - 1], keys[j], case_sensitive, &c)) return false;
             if (reverse ? c >= 0 : c <= 0) break;
             jv t = items[j];
             items[j] = items[j - 1];
@@ -186,9 +186,9 @@ static bool sort_by(jrender *r, jv *items, jv *keys, size_t n, bool case_sensiti
 
 static bool copy_list(jrender *r, jv v, jlist **out) {
     jlist *src;
-    if (!jj_iter_list(r, v, &src)) return false;
-    *out = jj_list_new(&r->ar, src->n);
-    if (!*out) return jj_nomem(r);
+    if (!epyq_jj_iter_list(r, v, &src)) return false;
+    *out = epyq_jj_list_new(&r->ar, src->n);
+    if (!*out) return epyq_jj_nomem(r);
     if (src->n) memcpy((*out)->v, src->v, src->n * sizeof *src->v);
     (*out)->n = src->n;
     return true;
@@ -197,39 +197,39 @@ static bool copy_list(jrender *r, jv v, jlist **out) {
 /* select/reject/selectattr/rejectattr: keep items whose test (default: truthiness) == keep. */
 static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr, bool keep, jv *out) {
     jlist *src;
-    if (!jj_truthy(args[0])) { /* jinja2: `if value:` before iterating, so 0/None give [] */
-        *out = make_list(jj_list_new(&r->ar, 0));
-        return out->u.l ? true : jj_nomem(r);
+    if (!epyq_jj_truthy(args[0])) { /* jinja2: `if value:` before iterating, so 0/None give [] */
+        *out = make_list(epyq_jj_list_new(&r->ar, 0));
+        return out->u.l ? true : epyq_jj_nomem(r);
     }
-    if (!jj_iter_list(r, args[0], &src)) return false;
+    if (!epyq_jj_iter_list(r, args[0], &src)) return false;
     size_t first_test_arg = by_attr ? 2 : 1;
     int tid = -1;
     if (nargs > first_test_arg) {
         jv tn = args[first_test_arg];
-        if (tn.t != JV_STR) return jj_fail(r, "test name must be a string");
+        if (tn.t != JV_STR) return epyq_jj_fail(r, "test name must be a string");
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)tn.u.s.n, tn.u.s.p);
-        tid = jj_test_id(name);
-        if (tid < 0) return jj_fail(r, "no test named '%s'", name);
+        tid = epyq_jj_test_id(name);
+        if (tid < 0) return epyq_jj_fail(r, "no test named '%s'", name);
     }
-    jlist *l = jj_list_new(&r->ar, 0);
-    if (!l) return jj_nomem(r);
+    jlist *l = epyq_jj_list_new(&r->ar, 0);
+    if (!l) return epyq_jj_nomem(r);
     size_t ntargs = nargs > first_test_arg ? nargs - first_test_arg : 1;
-    jv *targs = jj_alloc_array(&r->ar, ntargs, sizeof *targs);
-    if (!targs) return jj_nomem(r);
+    jv *targs = epyq_jj_alloc_array(&r->ar, ntargs, sizeof *targs);
+    if (!targs) return epyq_jj_nomem(r);
     for (size_t i = 0; i < src->n; i++) {
-        if (!jj_count_step(r)) return false;
+        if (!epyq_jj_count_step(r)) return false;
         jv subject = src->v[i];
         if (by_attr && !get_path(r, subject, nargs > 1 ? args[1] : jv_undef("attribute"), &subject)) return false;
         bool b;
         if (tid < 0) {
-            b = jj_truthy(subject);
+            b = epyq_jj_truthy(subject);
         } else {
             targs[0] = subject;
             for (size_t k = 1; k < ntargs; k++) targs[k] = args[first_test_arg + k];
-            if (!jj_apply_test(r, tid, targs, ntargs, &b)) return false;
+            if (!epyq_jj_apply_test(r, tid, targs, ntargs, &b)) return false;
         }
-        if (b == keep && !jj_list_push(&r->ar, l, src->v[i])) return jj_nomem(r);
+        if (b == keep && !epyq_jj_list_push(&r->ar, l, src->v[i])) return epyq_jj_nomem(r);
     }
     *out = make_list(l);
     return true;
@@ -237,39 +237,39 @@ static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr,
 
 static bool do_map(jrender *r, jscope *sc, const jv *args, const char *const *names, size_t nargs, jv *out) {
     jlist *src;
-    if (!jj_truthy(args[0])) { /* as select: a falsy value maps to nothing */
-        *out = make_list(jj_list_new(&r->ar, 0));
-        return out->u.l ? true : jj_nomem(r);
+    if (!epyq_jj_truthy(args[0])) { /* as select: a falsy value maps to nothing */
+        *out = make_list(epyq_jj_list_new(&r->ar, 0));
+        return out->u.l ? true : epyq_jj_nomem(r);
     }
-    if (!jj_iter_list(r, args[0], &src)) return false;
+    if (!epyq_jj_iter_list(r, args[0], &src)) return false;
     jv attr = arg(args, names, nargs, 99, "attribute", jv_undef(NULL));
     jv dflt = arg(args, names, nargs, 99, "default", jv_undef(NULL));
     int fid = -1;
     if (attr.t == JV_UNDEF) {
         jv fname = arg(args, names, nargs, 0, NULL, jv_undef(NULL));
-        if (fname.t != JV_STR) return jj_fail(r, "map needs a filter name or attribute=");
+        if (fname.t != JV_STR) return epyq_jj_fail(r, "map needs a filter name or attribute=");
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)fname.u.s.n, fname.u.s.p);
-        fid = jj_filter_id(name);
-        if (fid < 0) return jj_fail(r, "no filter named '%s'", name);
+        fid = epyq_jj_filter_id(name);
+        if (fid < 0) return epyq_jj_fail(r, "no filter named '%s'", name);
     }
-    jlist *l = jj_list_new(&r->ar, src->n);
-    if (!l) return jj_nomem(r);
+    jlist *l = epyq_jj_list_new(&r->ar, src->n);
+    if (!l) return epyq_jj_nomem(r);
     /* Arguments for the mapped filter: the item, then map's positional args after the name. */
-    jv *fargs = jj_alloc_array(&r->ar, nargs + 1, sizeof *fargs);
-    const char **fnames = jj_alloc_array(&r->ar, nargs + 1, sizeof *fnames);
-    if (!fargs || !fnames) return jj_nomem(r);
+    jv *fargs = epyq_jj_alloc_array(&r->ar, nargs + 1, sizeof *fargs);
+    const char **fnames = epyq_jj_alloc_array(&r->ar, nargs + 1, sizeof *fnames);
+    if (!fargs || !fnames) return epyq_jj_nomem(r);
     size_t nf = 1;
     for (size_t i = 2; i < nargs; i++) {
         fargs[nf] = args[i];
         fnames[nf++] = names ? names[i] : NULL;
     }
     for (size_t i = 0; i < src->n; i++) {
-        if (!jj_count_step(r)) return false;
+        if (!epyq_jj_count_step(r)) return false;
         jv v;
         if (fid >= 0) {
             fargs[0] = src->v[i];
-            if (!jj_apply_filter(r, sc, fid, fargs, fnames, nf, &v)) return false;
+            if (!epyq_jj_apply_filter(r, sc, fid, fargs, fnames, nf, &v)) return false;
         } else {
             if (!get_path(r, src->v[i], attr, &v)) return false;
             if (v.t == JV_UNDEF && dflt.t != JV_UNDEF) v = dflt;
@@ -306,14 +306,14 @@ static bool do_indent(jrender *r, jv s, jv width, bool first, bool blank, jv *ou
     epyq_sbuf_free(&ind);
     if (!ok) {
         epyq_sbuf_free(&b);
-        return jj_nomem(r);
+        return epyq_jj_nomem(r);
     }
-    return jj_str_from_buf(r, &b, out);
+    return epyq_jj_str_from_buf(r, &b, out);
 }
 
 static bool parse_int_str(jv s, int64_t *out) {
     /* Python int(str): optional whitespace and sign, digits with single underscores. */
-    jv t = jj_str_strip(s, NULL, 0, 3);
+    jv t = epyq_jj_str_strip(s, NULL, 0, 3);
     const char *p = t.u.s.p;
     size_t n = t.u.s.n, i = 0;
     bool neg = false;
@@ -330,7 +330,7 @@ static bool parse_int_str(jv s, int64_t *out) {
 }
 
 static bool parse_float_str(jv s, double *out) {
-    jv t = jj_str_strip(s, NULL, 0, 3);
+    jv t = epyq_jj_str_strip(s, NULL, 0, 3);
     char buf[128];
     if (!t.u.s.n || t.u.s.n >= sizeof buf) return false;
     memcpy(buf, t.u.s.p, t.u.s.n);
@@ -340,12 +340,12 @@ static bool parse_float_str(jv s, double *out) {
     return *end == '\0';
 }
 
-bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names, size_t nargs,
+bool epyq_jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names, size_t nargs,
                      jv *out) {
     jv v = args[0];
     switch ((filter_id)fid) {
-    case F_SAFE: return jj_stringify(r, v, out); /* Markup(str(v)); autoescape is off */
-    case F_STRING: return jj_stringify(r, v, out);
+    case F_SAFE: return epyq_jj_stringify(r, v, out); /* Markup(str(v)); autoescape is off */
+    case F_STRING: return epyq_jj_stringify(r, v, out);
     case F_LENGTH:
     case F_COUNT: {
         int64_t n = 0;
@@ -355,47 +355,47 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     }
     case F_DEFAULT: {
         jv d = arg(args, names, nargs, 0, "default_value", jv_str("", 0));
-        bool boolean = jj_truthy(arg(args, names, nargs, 1, "boolean", jv_bool(false)));
-        *out = v.t == JV_UNDEF || (boolean && !jj_truthy(v)) ? d : v;
+        bool boolean = epyq_jj_truthy(arg(args, names, nargs, 1, "boolean", jv_bool(false)));
+        *out = v.t == JV_UNDEF || (boolean && !epyq_jj_truthy(v)) ? d : v;
         return true;
     }
     case F_TRIM: {
         jv chars = arg(args, names, nargs, 0, "chars", jv_none());
         jv s;
-        if (!jj_stringify(r, v, &s)) return false;
-        if (chars.t == JV_STR) *out = jj_str_strip(s, chars.u.s.p, chars.u.s.n, 3);
-        else *out = jj_str_strip(s, NULL, 0, 3);
+        if (!epyq_jj_stringify(r, v, &s)) return false;
+        if (chars.t == JV_STR) *out = epyq_jj_str_strip(s, chars.u.s.p, chars.u.s.n, 3);
+        else *out = epyq_jj_str_strip(s, NULL, 0, 3);
         return true;
     }
     case F_TOJSON: {
         jv ind = arg(args, names, nargs, 0, "indent", jv_none());
-        if (jj_truthy(arg(args, names, nargs, 99, "ensure_ascii", jv_bool(false))))
-            return jj_fail(r, "tojson(ensure_ascii=true) is not supported");
+        if (epyq_jj_truthy(arg(args, names, nargs, 99, "ensure_ascii", jv_bool(false))))
+            return epyq_jj_fail(r, "tojson(ensure_ascii=true) is not supported");
         if (arg(args, names, nargs, 99, "separators", jv_none()).t != JV_NONE)
-            return jj_fail(r, "tojson(separators=...) is not supported");
-        bool sort_keys = jj_truthy(arg(args, names, nargs, 99, "sort_keys", jv_bool(false)));
-        if (ind.t != JV_NONE && ind.t != JV_INT) return jj_fail(r, "tojson indent must be an integer");
+            return epyq_jj_fail(r, "tojson(separators=...) is not supported");
+        bool sort_keys = epyq_jj_truthy(arg(args, names, nargs, 99, "sort_keys", jv_bool(false)));
+        if (ind.t != JV_NONE && ind.t != JV_INT) return epyq_jj_fail(r, "tojson indent must be an integer");
         int indent = ind.t == JV_INT ? (ind.u.i < 0 ? 0 : ind.u.i > 64 ? 64 : (int)ind.u.i) : -1;
         epyq_sbuf b = {.max = r->max_output};
-        if (!jj_tojson(r, &b, v, indent, sort_keys)) {
+        if (!epyq_jj_tojson(r, &b, v, indent, sort_keys)) {
             epyq_sbuf_free(&b);
             return false;
         }
-        return jj_str_from_buf(r, &b, out);
+        return epyq_jj_str_from_buf(r, &b, out);
     }
     case F_ITEMS: {
         if (v.t == JV_UNDEF) {
-            jlist *l = jj_list_new(&r->ar, 0);
-            if (!l) return jj_nomem(r);
+            jlist *l = epyq_jj_list_new(&r->ar, 0);
+            if (!l) return epyq_jj_nomem(r);
             *out = make_list(l);
             return true;
         }
-        if (v.t != JV_DICT && v.t != JV_NS) return jj_fail(r, "Can only get item pairs from a mapping.");
-        jlist *l = jj_list_new(&r->ar, v.u.d->n);
-        if (!l) return jj_nomem(r);
+        if (v.t != JV_DICT && v.t != JV_NS) return epyq_jj_fail(r, "Can only get item pairs from a mapping.");
+        jlist *l = epyq_jj_list_new(&r->ar, v.u.d->n);
+        if (!l) return epyq_jj_nomem(r);
         for (size_t i = 0; i < v.u.d->n; i++) {
-            jlist *pair = jj_list_new(&r->ar, 2);
-            if (!pair) return jj_nomem(r);
+            jlist *pair = epyq_jj_list_new(&r->ar, 2);
+            if (!pair) return epyq_jj_nomem(r);
             pair->v[0] = v.u.d->k[i];
             pair->v[1] = v.u.d->v[i];
             pair->n = 2;
@@ -408,7 +408,7 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
         jv sep = arg(args, names, nargs, 0, "d", jv_str("", 0));
         jv attr = arg(args, names, nargs, 1, "attribute", jv_undef(NULL));
         jlist *l;
-        if (!jj_iter_list(r, v, &l)) return false;
+        if (!epyq_jj_iter_list(r, v, &l)) return false;
         epyq_sbuf b = {.max = r->max_output};
         for (size_t i = 0; i < l->n; i++) {
             jv item = l->v[i];
@@ -416,35 +416,35 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
                 epyq_sbuf_free(&b);
                 return false;
             }
-            if ((i && !jj_to_str(&b, sep)) || !jj_to_str(&b, item)) {
+            if ((i && !epyq_jj_to_str(&b, sep)) || !epyq_jj_to_str(&b, item)) {
                 epyq_sbuf_free(&b);
-                return jj_nomem(r);
+                return epyq_jj_nomem(r);
             }
         }
-        return jj_str_from_buf(r, &b, out);
+        return epyq_jj_str_from_buf(r, &b, out);
     }
     case F_UPPER:
     case F_LOWER:
     case F_CAPITALIZE:
     case F_TITLE: {
         jv s;
-        if (!jj_stringify(r, v, &s)) return false;
+        if (!epyq_jj_stringify(r, v, &s)) return false;
         int mode = fid == F_LOWER ? 0 : fid == F_UPPER ? 1 : fid == F_CAPITALIZE ? 2 : 3;
         return map_case(r, s, mode, out);
     }
     case F_REPLACE: {
         jv s, old = arg(args, names, nargs, 0, "old", jv_undef("old")), new = arg(args, names, nargs, 1, "new", jv_undef("new"));
         jv cnt = arg(args, names, nargs, 2, "count", jv_none());
-        if (!jj_stringify(r, v, &s) || !jj_stringify(r, old, &old) || !jj_stringify(r, new, &new)) return false;
+        if (!epyq_jj_stringify(r, v, &s) || !epyq_jj_stringify(r, old, &old) || !epyq_jj_stringify(r, new, &new)) return false;
         jv fn;
-        if (!jj_method(r, s, "replace", &fn)) return jj_fail(r, "replace is unavailable");
+        if (!epyq_jj_method(r, s, "replace", &fn)) return epyq_jj_fail(r, "replace is unavailable");
         jv margs[3] = {old, new, cnt.t == JV_INT ? cnt : jv_int(-1)};
-        return jj_call_builtin(r, fn.u.fn, margs, NULL, 3, out);
+        return epyq_jj_call_builtin(r, fn.u.fn, margs, NULL, 3, out);
     }
     case F_FIRST:
     case F_LAST: {
         jlist *l;
-        if (!jj_iter_list(r, v, &l)) return false;
+        if (!epyq_jj_iter_list(r, v, &l)) return false;
         if (!l->n) *out = jv_undef(fid == F_FIRST ? "No first item, sequence was empty." : "No last item, sequence was empty.");
         else *out = l->v[fid == F_FIRST ? 0 : l->n - 1];
         return true;
@@ -458,14 +458,14 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_REVERSE: {
         if (v.t == JV_STR) {
             jlist *chars;
-            if (!jj_iter_list(r, v, &chars)) return false;
+            if (!epyq_jj_iter_list(r, v, &chars)) return false;
             epyq_sbuf b = {.max = r->max_output};
             for (size_t i = chars->n; i-- > 0;)
                 if (!epyq_sbuf_add(&b, chars->v[i].u.s.p, chars->v[i].u.s.n)) {
                     epyq_sbuf_free(&b);
-                    return jj_nomem(r);
+                    return epyq_jj_nomem(r);
                 }
-            return jj_str_from_buf(r, &b, out);
+            return epyq_jj_str_from_buf(r, &b, out);
         }
         jlist *l;
         if (!copy_list(r, v, &l)) return false;
@@ -479,16 +479,16 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     }
     case F_ABS:
         if (v.t == JV_INT) {
-            if (v.u.i == INT64_MIN) return jj_fail(r, "integer overflow in abs");
+            if (v.u.i == INT64_MIN) return epyq_jj_fail(r, "integer overflow in abs");
             *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
         } else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
         else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
-        else return jj_fail(r, "bad operand type for abs(): '%s'", jj_type_name(v));
+        else return epyq_jj_fail(r, "bad operand type for abs(): '%s'", epyq_jj_type_name(v));
         return true;
     case F_INT: {
         jv d = arg(args, names, nargs, 0, "default", jv_int(0));
         if (v.t == JV_UNDEF) /* int(Undefined) raises in jinja2 */
-            return jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
+            return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
         int64_t i;
         double f;
         if (v.t == JV_INT) *out = v;
@@ -502,7 +502,7 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_FLOAT: {
         jv d = arg(args, names, nargs, 0, "default", jv_float(0.0));
         if (v.t == JV_UNDEF)
-            return jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
+            return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
         double f;
         if (v.t == JV_FLOAT) *out = v;
         else if (v.t == JV_INT || v.t == JV_BOOL) *out = jv_float(v.t == JV_INT ? (double)v.u.i : v.u.b);
@@ -513,7 +513,7 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_ROUND: {
         jv prec = arg(args, names, nargs, 0, "precision", jv_int(0));
         jv method = arg(args, names, nargs, 1, "method", jv_str("common", 6));
-        if (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL) return jj_fail(r, "round expects a number");
+        if (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL) return epyq_jj_fail(r, "round expects a number");
         double x = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
         int64_t p = prec.t == JV_INT ? prec.u.i : 0;
         if (p < -300 || p > 300) p = p < 0 ? -300 : 300;
@@ -530,7 +530,7 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     }
     case F_ESCAPE: {
         jv s;
-        if (!jj_stringify(r, v, &s)) return false;
+        if (!epyq_jj_stringify(r, v, &s)) return false;
         epyq_sbuf b = {.max = r->max_output};
         bool ok = true;
         for (size_t i = 0; ok && i < s.u.s.n; i++) {
@@ -541,13 +541,13 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
         }
         if (!ok) {
             epyq_sbuf_free(&b);
-            return jj_nomem(r);
+            return epyq_jj_nomem(r);
         }
-        return jj_str_from_buf(r, &b, out);
+        return epyq_jj_str_from_buf(r, &b, out);
     }
     case F_WORDCOUNT: {
         jv s;
-        if (!jj_stringify(r, v, &s)) return false;
+        if (!epyq_jj_stringify(r, v, &s)) return false;
         int64_t words = 0;
         bool in = false;
         for (size_t i = 0; i < s.u.s.n; i++) {
@@ -567,10 +567,10 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_INDENT: {
         /* jinja2 appends "\n" to the value itself: only strings work. */
         if (v.t != JV_STR)
-            return jj_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'", jj_type_name(v));
+            return epyq_jj_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'", epyq_jj_type_name(v));
         return do_indent(r, v, arg(args, names, nargs, 0, "width", jv_int(4)),
-                         jj_truthy(arg(args, names, nargs, 1, "first", jv_bool(false))),
-                         jj_truthy(arg(args, names, nargs, 2, "blank", jv_bool(false))), out);
+                         epyq_jj_truthy(arg(args, names, nargs, 1, "first", jv_bool(false))),
+                         epyq_jj_truthy(arg(args, names, nargs, 2, "blank", jv_bool(false))), out);
     }
     case F_SORT:
     case F_UNIQUE:
@@ -578,37 +578,37 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
     case F_MAX:
     case F_DICTSORT: {
         bool dictsort = fid == F_DICTSORT;
-        bool reverse = fid == F_SORT || dictsort ? jj_truthy(arg(args, names, nargs, dictsort ? 2 : 0, "reverse", jv_bool(false))) : false;
-        bool cs = jj_truthy(arg(args, names, nargs, fid == F_SORT ? 1 : 0, "case_sensitive", jv_bool(false)));
+        bool reverse = fid == F_SORT || dictsort ? epyq_jj_truthy(arg(args, names, nargs, dictsort ? 2 : 0, "reverse", jv_bool(false))) : false;
+        bool cs = epyq_jj_truthy(arg(args, names, nargs, fid == F_SORT ? 1 : 0, "case_sensitive", jv_bool(false)));
         jv attr = fid == F_SORT ? arg(args, names, nargs, 2, "attribute", jv_undef(NULL))
                 : dictsort ? jv_undef(NULL) : arg(args, names, nargs, 1, "attribute", jv_undef(NULL));
         jlist *l;
         if (dictsort) {
-            if (v.t != JV_DICT) return jj_fail(r, "dictsort expects a mapping");
+            if (v.t != JV_DICT) return epyq_jj_fail(r, "dictsort expects a mapping");
             jv by = arg(args, names, nargs, 1, "by", jv_str("key", 3));
-            if (!jj_apply_filter(r, sc, F_ITEMS, &v, NULL, 1, out)) return false;
+            if (!epyq_jj_apply_filter(r, sc, F_ITEMS, &v, NULL, 1, out)) return false;
             l = out->u.l;
             attr = jv_int(by.t == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5) ? 1 : 0);
         } else if (!copy_list(r, v, &l)) {
             return false;
         }
-        jv *keys = jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *keys);
-        if (!keys) return jj_nomem(r);
+        jv *keys = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *keys);
+        if (!keys) return epyq_jj_nomem(r);
         for (size_t i = 0; i < l->n; i++) {
             keys[i] = l->v[i];
             if (attr.t != JV_UNDEF && !get_path(r, l->v[i], attr, &keys[i])) return false;
         }
         if (fid == F_UNIQUE) {
-            jlist *u = jj_list_new(&r->ar, l->n);
-            jv *seen = jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *seen);
-            if (!u || !seen) return jj_nomem(r);
+            jlist *u = epyq_jj_list_new(&r->ar, l->n);
+            jv *seen = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *seen);
+            if (!u || !seen) return epyq_jj_nomem(r);
             size_t ns = 0;
             for (size_t i = 0; i < l->n; i++) {
                 jv k = keys[i];
                 if (!cs && k.t == JV_STR && !map_case(r, k, 0, &k)) return false;
                 bool dup = false;
-                for (size_t j = 0; j < ns && !dup; j++) dup = jj_equal(seen[j], k);
-                if (!jj_count_step(r)) return false;
+                for (size_t j = 0; j < ns && !dup; j++) dup = epyq_jj_equal(seen[j], k);
+                if (!epyq_jj_count_step(r)) return false;
                 if (!dup) {
                     seen[ns++] = k;
                     u->v[u->n++] = l->v[i];
@@ -639,26 +639,26 @@ bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char
         jv attr = arg(args, names, nargs, 0, "attribute", jv_undef(NULL));
         jv acc = arg(args, names, nargs, 1, "start", jv_int(0));
         jlist *l;
-        if (!jj_iter_list(r, v, &l)) return false;
+        if (!epyq_jj_iter_list(r, v, &l)) return false;
         for (size_t i = 0; i < l->n; i++) {
             jv item = l->v[i];
             if (attr.t != JV_UNDEF && !get_path(r, item, attr, &item)) return false;
             if (acc.t == JV_INT && item.t == JV_INT) {
-                if (__builtin_add_overflow(acc.u.i, item.u.i, &acc.u.i)) return jj_fail(r, "integer overflow in sum");
+                if (__builtin_add_overflow(acc.u.i, item.u.i, &acc.u.i)) return epyq_jj_fail(r, "integer overflow in sum");
             } else if ((acc.t == JV_INT || acc.t == JV_FLOAT) && (item.t == JV_INT || item.t == JV_FLOAT)) {
                 acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) + (item.t == JV_INT ? (double)item.u.i : item.u.f));
             } else {
-                return jj_fail(r, "unsupported operand type(s) for +: '%s' and '%s'", jj_type_name(acc), jj_type_name(item));
+                return epyq_jj_fail(r, "unsupported operand type(s) for +: '%s' and '%s'", epyq_jj_type_name(acc), epyq_jj_type_name(item));
             }
         }
         *out = acc;
         return true;
     }
     }
-    return jj_fail(r, "filter '%s' is not implemented", filter_name(fid));
+    return epyq_jj_fail(r, "filter '%s' is not implemented", filter_name(fid));
 }
 
-bool jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out) {
+bool epyq_jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out) {
     jv v = args[0];
     jv a = nargs > 1 ? args[1] : jv_undef("test argument");
     int c = 0;
@@ -683,15 +683,15 @@ bool jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out)
         /* Python identity: small ints, None and bools are singletons; containers by pointer. */
         if (v.t != a.t) *out = false;
         else if (v.t == JV_STR) *out = v.u.s.p == a.u.s.p && v.u.s.n == a.u.s.n;
-        else *out = jj_equal(v, a);
+        else *out = epyq_jj_equal(v, a);
         return true;
     case T_ODD:
     case T_EVEN:
     case T_DIVISIBLEBY: {
-        if (v.t != JV_INT && v.t != JV_BOOL) return jj_fail(r, "test expects an integer, got %s", jj_type_name(v));
+        if (v.t != JV_INT && v.t != JV_BOOL) return epyq_jj_fail(r, "test expects an integer, got %s", epyq_jj_type_name(v));
         int64_t x = v.t == JV_INT ? v.u.i : v.u.b;
         if (tid == T_DIVISIBLEBY) {
-            if (a.t != JV_INT || a.u.i == 0) return jj_fail(r, "divisibleby expects a non-zero integer");
+            if (a.t != JV_INT || a.u.i == 0) return epyq_jj_fail(r, "divisibleby expects a non-zero integer");
             *out = a.u.i == -1 || x % a.u.i == 0;
         } else {
             *out = (x % 2 != 0) == (tid == T_ODD);
@@ -701,40 +701,40 @@ bool jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out)
     case T_IN: {
         /* Same rules as the `in` operator (jinja_eval.c). */
         if (a.t == JV_STR) {
-            if (v.t != JV_STR) return jj_fail(r, "'in <string>' requires string as left operand");
+            if (v.t != JV_STR) return epyq_jj_fail(r, "'in <string>' requires string as left operand");
             *out = !v.u.s.n || memmem(a.u.s.p, a.u.s.n, v.u.s.p, v.u.s.n);
         } else if (a.t == JV_LIST) {
             *out = false;
-            for (size_t i = 0; i < a.u.l->n && !*out; i++) *out = jj_equal(a.u.l->v[i], v);
+            for (size_t i = 0; i < a.u.l->n && !*out; i++) *out = epyq_jj_equal(a.u.l->v[i], v);
         } else if (a.t == JV_DICT) {
-            *out = jj_dict_get(a.u.d, v) != NULL;
+            *out = epyq_jj_dict_get(a.u.d, v) != NULL;
         } else if (a.t == JV_UNDEF) {
             *out = false;
         } else {
-            return jj_fail(r, "argument of type '%s' is not iterable", jj_type_name(a));
+            return epyq_jj_fail(r, "argument of type '%s' is not iterable", epyq_jj_type_name(a));
         }
         return true;
     }
-    case T_EQ: *out = jj_equal(v, a); return true;
-    case T_NE: *out = !jj_equal(v, a); return true;
+    case T_EQ: *out = epyq_jj_equal(v, a); return true;
+    case T_NE: *out = !epyq_jj_equal(v, a); return true;
     case T_LT:
     case T_LE:
     case T_GT:
     case T_GE:
-        if (!jj_compare(r, v, a, &c)) return false;
+        if (!epyq_jj_compare(r, v, a, &c)) return false;
         *out = tid == T_LT ? c < 0 : tid == T_LE ? c <= 0 : tid == T_GT ? c > 0 : c >= 0;
         return true;
     case T_LOWER:
     case T_UPPER: {
         jv s, m;
-        if (!jj_stringify(r, v, &s) || !map_case(r, s, tid == T_LOWER ? 0 : 1, &m)) return false;
+        if (!epyq_jj_stringify(r, v, &s) || !map_case(r, s, tid == T_LOWER ? 0 : 1, &m)) return false;
         /* islower(): has a cased character and equals its lower-cased form (ASCII-level check). */
         bool cased = false;
         for (size_t i = 0; i < s.u.s.n; i++) {
             char ch = s.u.s.p[i];
             cased |= (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (unsigned char)ch >= 0x80;
         }
-        *out = cased && jj_equal(s, m);
+        *out = cased && epyq_jj_equal(s, m);
         return true;
     }
     case T_FILTER:
@@ -745,9 +745,9 @@ bool jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out)
         }
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)v.u.s.n, v.u.s.p);
-        *out = tid == T_FILTER ? jj_filter_id(name) >= 0 : jj_test_id(name) >= 0;
+        *out = tid == T_FILTER ? epyq_jj_filter_id(name) >= 0 : epyq_jj_test_id(name) >= 0;
         return true;
     }
     }
-    return jj_fail(r, "unknown test");
+    return epyq_jj_fail(r, "unknown test");
 }

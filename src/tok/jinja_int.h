@@ -26,10 +26,10 @@ typedef struct {
     size_t max;       /* cap on used; 0 = none */
 } jj_arena;
 
-void *jj_alloc(jj_arena *a, size_t n); /* zeroed, 16-byte aligned; NULL past the cap */
-void *jj_alloc_array(jj_arena *a, size_t n, size_t size);
-char *jj_strdup(jj_arena *a, const char *s, size_t n); /* NUL-terminated copy */
-void jj_arena_free(jj_arena *a);
+void *epyq_jj_alloc(jj_arena *a, size_t n); /* zeroed, 16-byte aligned; NULL past the cap */
+void *epyq_jj_alloc_array(jj_arena *a, size_t n, size_t size);
+char *epyq_jj_strdup(jj_arena *a, const char *s, size_t n); /* NUL-terminated copy */
+void epyq_jj_arena_free(jj_arena *a);
 
 /* ---- values ----------------------------------------------------------------------------- */
 
@@ -148,13 +148,13 @@ typedef struct {
 
 /* Tokenizes src (already newline-normalised by the caller) with jinja2's whitespace control
  * as transformers configures it (trim_blocks, lstrip_blocks, `-`/`+` modifiers). */
-epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, jtok **toks,
+epyq_status epyq_jj_lex(jj_arena *a, const char *src, size_t len, const char *name, jtok **toks,
                    size_t *ntoks, epyq_err *err);
 
 /* ---- built-ins (names resolved at parse time) ------------------------------------------ */
 
-int jj_filter_id(const char *name); /* -1 when unknown */
-int jj_test_id(const char *name);   /* -1 when unknown */
+int epyq_jj_filter_id(const char *name); /* -1 when unknown */
+int epyq_jj_test_id(const char *name);   /* -1 when unknown */
 
 /* ---- render ----------------------------------------------------------------------------- */
 
@@ -194,8 +194,8 @@ struct jloop {
 };
 
 /* Errors: fill r->err with "<template>:line:col: <message>" and return false. */
-bool jj_fail(jrender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-bool jj_nomem(jrender *r);
+bool epyq_jj_fail(jrender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool epyq_jj_nomem(jrender *r);
 
 /* Constructors. */
 static inline jv jv_undef(const char *name) {
@@ -214,62 +214,62 @@ static inline jv jv_str(const char *p, size_t n) {
     v.u.s.n = n;
     return v;
 }
-jlist *jj_list_new(jj_arena *a, size_t cap);
-bool jj_list_push(jj_arena *a, jlist *l, jv v);
-jdict *jj_dict_new(jj_arena *a, size_t cap);
+jlist *epyq_jj_list_new(jj_arena *a, size_t cap);
+bool epyq_jj_list_push(jj_arena *a, jlist *l, jv v);
+jdict *epyq_jj_dict_new(jj_arena *a, size_t cap);
 /* Insert or replace (Python dict assignment: a replaced key keeps its position). */
-bool jj_dict_set(jj_arena *a, jdict *d, jv k, jv v);
+bool epyq_jj_dict_set(jj_arena *a, jdict *d, jv k, jv v);
 /* The value under a string key, or NULL. */
-jv *jj_dict_get_str(const jdict *d, const char *k, size_t n);
-jv *jj_dict_get(const jdict *d, jv k);
-jv jj_from_cjson(jrender *r, const cJSON *x, int depth, bool *ok);
+jv *epyq_jj_dict_get_str(const jdict *d, const char *k, size_t n);
+jv *epyq_jj_dict_get(const jdict *d, jv k);
+jv epyq_jj_from_cjson(jrender *r, const cJSON *x, int depth, bool *ok);
 
 /* Python semantics. */
-bool jj_truthy(jv v);
-bool jj_equal(jv a, jv b);
+bool epyq_jj_truthy(jv v);
+bool epyq_jj_equal(jv a, jv b);
 /* -1/0/1 into *cmp; false (error set) when the types do not order (Python TypeError). */
-bool jj_compare(jrender *r, jv a, jv b, int *cmp);
-const char *jj_type_name(jv v); /* Python type name for messages: 'str', 'int', 'dict' … */
+bool epyq_jj_compare(jrender *r, jv a, jv b, int *cmp);
+const char *epyq_jj_type_name(jv v); /* Python type name for messages: 'str', 'int', 'dict' … */
 /* str(v) / repr(v) appended to b; false on the output cap. */
-bool jj_to_str(epyq_sbuf *b, jv v);
-bool jj_repr(epyq_sbuf *b, jv v);
+bool epyq_jj_to_str(epyq_sbuf *b, jv v);
+bool epyq_jj_repr(epyq_sbuf *b, jv v);
 /* str(v) as an arena string value. */
-bool jj_stringify(jrender *r, jv v, jv *out);
+bool epyq_jj_stringify(jrender *r, jv v, jv *out);
 /* json.dumps(v, ensure_ascii=False, indent, sort_keys) as transformers' tojson does. */
-bool jj_tojson(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys);
+bool epyq_jj_tojson(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys);
 /* A new arena string holding b's bytes. */
-bool jj_str_from_buf(jrender *r, epyq_sbuf *b, jv *out);
-bool jj_count_step(jrender *r);
+bool epyq_jj_str_from_buf(jrender *r, epyq_sbuf *b, jv *out);
+bool epyq_jj_count_step(jrender *r);
 
 /* Strings (UTF-8, indexed by code point as Python does). */
-size_t jj_utf8_len(const char *s, size_t n);
+size_t epyq_jj_utf8_len(const char *s, size_t n);
 /* Byte offset of code point index cp (clamped to n). */
-size_t jj_utf8_offset(const char *s, size_t n, size_t cp);
+size_t epyq_jj_utf8_offset(const char *s, size_t n, size_t cp);
 /* Decodes one code point at s[*i] (advancing *i); invalid bytes decode as themselves. */
-uint32_t jj_utf8_next(const char *s, size_t n, size_t *i);
-bool jj_py_isspace(uint32_t c); /* Python str.isspace() for one code point */
+uint32_t epyq_jj_utf8_next(const char *s, size_t n, size_t *i);
+bool epyq_jj_py_isspace(uint32_t c); /* Python str.isspace() for one code point */
 /* str.strip/lstrip/rstrip: chars == NULL means whitespace. which: 1 left, 2 right, 3 both. */
-jv jj_str_strip(jv s, const char *chars, size_t nchars, int which);
+jv epyq_jj_str_strip(jv s, const char *chars, size_t nchars, int which);
 
 /* ---- evaluation ------------------------------------------------------------------------- */
 
-bool jj_eval(jrender *r, jscope *sc, const jnode *n, jv *out);
+bool epyq_jj_eval(jrender *r, jscope *sc, const jnode *n, jv *out);
 /* Calls a callable value (macro, built-in, method) with evaluated arguments. */
-bool jj_call_value(jrender *r, jv fn, const jv *args, const char *const *names, size_t nargs,
+bool epyq_jj_call_value(jrender *r, jv fn, const jv *args, const char *const *names, size_t nargs,
                    jv *out);
 /* attribute / item access with jinja2's getattr/getitem rules. */
-bool jj_getattr(jrender *r, jv obj, const char *name, jv *out);
-bool jj_getitem(jrender *r, jv obj, jv key, jv *out);
+bool epyq_jj_getattr(jrender *r, jv obj, const char *name, jv *out);
+bool epyq_jj_getitem(jrender *r, jv obj, jv key, jv *out);
 /* Filters and tests: args[0] is the subject. */
-bool jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names,
+bool epyq_jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names,
                      size_t nargs, jv *out);
-bool jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out);
+bool epyq_jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out);
 /* Methods of str/dict/list/loop and the globals (range, namespace, raise_exception …). */
-bool jj_method(jrender *r, jv self, const char *name, jv *out); /* false + undef when none */
-bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *const *names,
+bool epyq_jj_method(jrender *r, jv self, const char *name, jv *out); /* false + undef when none */
+bool epyq_jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *const *names,
                      size_t nargs, jv *out);
-void jj_install_globals(jrender *r, jscope *sc);
+void epyq_jj_install_globals(jrender *r, jscope *sc);
 /* Iterate: list/tuple items, dict keys, string characters; undefined = empty. */
-bool jj_iter_list(jrender *r, jv v, jlist **out);
+bool epyq_jj_iter_list(jrender *r, jv v, jlist **out);
 
 #endif

@@ -58,8 +58,8 @@ static jtok *push(lexer *L, jt_kind kind) {
 /* Whitespace as Python's str.isspace() sees it; returns its byte length at s[i] or 0. */
 static size_t space_at(const char *s, size_t n, size_t i) {
     size_t j = i;
-    uint32_t c = jj_utf8_next(s, n, &j);
-    return jj_py_isspace(c) ? j - i : 0;
+    uint32_t c = epyq_jj_utf8_next(s, n, &j);
+    return epyq_jj_py_isspace(c) ? j - i : 0;
 }
 
 /* Byte length of the whitespace run ending at s[end) going backwards from end, not crossing
@@ -180,7 +180,7 @@ static epyq_status lex_string(lexer *L, jtok *t) {
         epyq_sbuf_free(&b);
         return lex_error(L, bad);
     }
-    t->p = jj_strdup(L->ar, b.p ? b.p : "", b.len);
+    t->p = epyq_jj_strdup(L->ar, b.p ? b.p : "", b.len);
     t->n = b.len;
     epyq_sbuf_free(&b);
     if (!t->p) return lex_error(L, "out of memory");
@@ -270,7 +270,7 @@ static epyq_status lex_inside(lexer *L, bool block, int *strip_after) {
             size_t e = p;
             while (e < L->len && is_name_char(s[e])) e++;
             t->kind = JT_NAME;
-            t->p = jj_strdup(L->ar, s + p, e - p);
+            t->p = epyq_jj_strdup(L->ar, s + p, e - p);
             t->n = e - p;
             if (!t->p) return lex_error(L, "out of memory");
             advance_to(L, e);
@@ -304,7 +304,7 @@ static epyq_status lex_inside(lexer *L, bool block, int *strip_after) {
     }
 }
 
-epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, jtok **toks,
+epyq_status epyq_jj_lex(jj_arena *a, const char *src, size_t len, const char *name, jtok **toks,
                    size_t *ntoks, epyq_err *err) {
     lexer L = {.ar = a, .src = src, .len = len, .line = 1, .col = 1, .name = name, .err = err};
     bool line_starting = true; /* the last delimiter ended with '\n' (or this is the start) */
@@ -338,7 +338,7 @@ epyq_status jj_lex(jj_arena *a, const char *src, size_t len, const char *name, j
                 st = lex_error(&L, "out of memory");
                 goto out;
             }
-            t->p = jj_strdup(a, src + ts, te - ts);
+            t->p = epyq_jj_strdup(a, src + ts, te - ts);
             t->n = te - ts;
             if (!t->p) {
                 st = lex_error(&L, "out of memory");
@@ -395,7 +395,7 @@ out:
         free(L.toks);
         return st;
     }
-    *toks = jj_alloc_array(a, L.n, sizeof **toks);
+    *toks = epyq_jj_alloc_array(a, L.n, sizeof **toks);
     if (!*toks) {
         free(L.toks);
         return epyq_err_set(err, EPYQ_E_NOMEM, "%s: template too large", name);

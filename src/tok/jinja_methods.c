@@ -67,8 +67,8 @@ static const method_entry GLOBALS[] = {
 enum { MAX_RANGE = 100000 }; /* jinja2's sandbox refuses larger ranges */
 
 static bool bind(jrender *r, int id, jv self, const char *name, jv *out) {
-    jfunc *f = jj_alloc(&r->ar, sizeof *f + strlen(name) + 1);
-    if (!f) return jj_nomem(r);
+    jfunc *f = epyq_jj_alloc(&r->ar, sizeof *f + strlen(name) + 1);
+    if (!f) return epyq_jj_nomem(r);
     f->id = id;
     f->self = self;
     *out = (jv){.t = JV_FUNC, .u.fn = f};
@@ -85,7 +85,7 @@ static int find_method(const method_entry *tab, size_t n, const char *name) {
     return -1;
 }
 
-bool jj_method(jrender *r, jv self, const char *name, jv *out) {
+bool epyq_jj_method(jrender *r, jv self, const char *name, jv *out) {
     int id = -1;
     if (self.t == JV_STR) id = find_method(STR_METHODS, sizeof STR_METHODS / sizeof STR_METHODS[0], name);
     else if (self.t == JV_DICT) id = find_method(DICT_METHODS, sizeof DICT_METHODS / sizeof DICT_METHODS[0], name);
@@ -95,12 +95,12 @@ bool jj_method(jrender *r, jv self, const char *name, jv *out) {
     return bind(r, id, self, name, out);
 }
 
-void jj_install_globals(jrender *r, jscope *sc) {
+void epyq_jj_install_globals(jrender *r, jscope *sc) {
     size_t n = sizeof GLOBALS / sizeof GLOBALS[0];
-    sc->names = jj_alloc_array(&r->ar, n, sizeof *sc->names);
-    sc->vals = jj_alloc_array(&r->ar, n, sizeof *sc->vals);
+    sc->names = epyq_jj_alloc_array(&r->ar, n, sizeof *sc->names);
+    sc->vals = epyq_jj_alloc_array(&r->ar, n, sizeof *sc->vals);
     if (!sc->names || !sc->vals) {
-        jj_nomem(r);
+        epyq_jj_nomem(r);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -133,23 +133,23 @@ static jv get_arg(const argv_t *a, size_t pos, const char *kw, jv dflt) {
 static jv make_list(jlist *l) { return (jv){.t = JV_LIST, .u.l = l}; }
 
 static bool push_str(jrender *r, jlist *l, const char *p, size_t n) {
-    if (!jj_list_push(&r->ar, l, jv_str(p, n))) return jj_nomem(r);
+    if (!epyq_jj_list_push(&r->ar, l, jv_str(p, n))) return epyq_jj_nomem(r);
     return true;
 }
 
 static bool str_arg(jrender *r, jv v, const char *what) {
     if (v.t == JV_STR) return true;
-    return jj_fail(r, "%s argument must be str, not %s", what, jj_type_name(v));
+    return epyq_jj_fail(r, "%s argument must be str, not %s", what, epyq_jj_type_name(v));
 }
 
 /* str.split / str.rsplit (sep None = runs of whitespace). */
 static bool split(jrender *r, jv s, jv sep, int64_t maxsplit, bool from_right, jv *out) {
-    jlist *l = jj_list_new(&r->ar, 0);
-    if (!l) return jj_nomem(r);
+    jlist *l = epyq_jj_list_new(&r->ar, 0);
+    if (!l) return epyq_jj_nomem(r);
     const char *p = s.u.s.p;
     size_t n = s.u.s.n;
     if (sep.t == JV_STR) {
-        if (!sep.u.s.n) return jj_fail(r, "empty separator");
+        if (!sep.u.s.n) return epyq_jj_fail(r, "empty separator");
         const char *q = sep.u.s.p;
         size_t m = sep.u.s.n;
         if (!from_right) {
@@ -202,14 +202,14 @@ static bool split(jrender *r, jv s, jv sep, int64_t maxsplit, bool from_right, j
             const char *last_end = all.u.l->v[keep - 1].u.s.p + all.u.l->v[keep - 1].u.s.n;
             if (!push_str(r, l, first, (size_t)(last_end - first))) return false;
             for (size_t k = keep; k < cnt; k++)
-                if (!jj_list_push(&r->ar, l, all.u.l->v[k])) return jj_nomem(r);
+                if (!epyq_jj_list_push(&r->ar, l, all.u.l->v[k])) return epyq_jj_nomem(r);
             *out = make_list(l);
             return true;
         }
         for (;;) {
             while (i < n) { /* skip whitespace */
                 size_t j = i;
-                if (!jj_py_isspace(jj_utf8_next(p, n, &j))) break;
+                if (!epyq_jj_py_isspace(epyq_jj_utf8_next(p, n, &j))) break;
                 i = j;
             }
             if (i >= n) break;
@@ -221,7 +221,7 @@ static bool split(jrender *r, jv s, jv sep, int64_t maxsplit, bool from_right, j
             size_t start = i;
             while (i < n) {
                 size_t j = i;
-                if (jj_py_isspace(jj_utf8_next(p, n, &j))) break;
+                if (epyq_jj_py_isspace(epyq_jj_utf8_next(p, n, &j))) break;
                 i = j;
             }
             if (!push_str(r, l, p + start, i - start)) return false;
@@ -248,7 +248,7 @@ static bool str_replace(jrender *r, jv s, jv old, jv new, int64_t count, jv *out
             if (count > 0) count--;
             if (i == n) break;
             size_t j = i;
-            jj_utf8_next(p, n, &j);
+            epyq_jj_utf8_next(p, n, &j);
             ok = ok && epyq_sbuf_add(&b, p + i, j - i);
             i = j;
         }
@@ -263,14 +263,14 @@ static bool str_replace(jrender *r, jv s, jv old, jv new, int64_t count, jv *out
             ok = epyq_sbuf_add(&b, p + i, at - i) && epyq_sbuf_add(&b, new.u.s.p, new.u.s.n);
             i = at + old.u.s.n;
             if (count > 0) count--;
-            ok = ok && jj_count_step(r);
+            ok = ok && epyq_jj_count_step(r);
         }
     }
     if (!ok) {
         epyq_sbuf_free(&b);
-        return r->err && r->err->code ? false : jj_nomem(r);
+        return r->err && r->err->code ? false : epyq_jj_nomem(r);
     }
-    return jj_str_from_buf(r, &b, out);
+    return epyq_jj_str_from_buf(r, &b, out);
 }
 
 /* prefix may be a str or a tuple of str (Python startswith/endswith). */
@@ -282,8 +282,8 @@ static bool affix_match(jrender *r, jv s, jv affix, bool end, bool *out) {
         return true;
     }
     if (affix.t != JV_STR)
-        return jj_fail(r, "%s first arg must be str or a tuple of str, not %s", end ? "endswith" : "startswith",
-                       jj_type_name(affix));
+        return epyq_jj_fail(r, "%s first arg must be str or a tuple of str, not %s", end ? "endswith" : "startswith",
+                       epyq_jj_type_name(affix));
     size_t m = affix.u.s.n;
     *out = m <= s.u.s.n && !memcmp(s.u.s.p + (end ? s.u.s.n - m : 0), affix.u.s.p, m);
     return true;
@@ -314,13 +314,13 @@ static bool char_class(jv s, int id) {
 }
 
 static bool splitlines(jrender *r, jv s, bool keepends, jv *out) {
-    jlist *l = jj_list_new(&r->ar, 0);
-    if (!l) return jj_nomem(r);
+    jlist *l = epyq_jj_list_new(&r->ar, 0);
+    if (!l) return epyq_jj_nomem(r);
     const char *p = s.u.s.p;
     size_t n = s.u.s.n, i = 0, start = 0;
     while (i < n) {
         size_t j = i;
-        uint32_t c = jj_utf8_next(p, n, &j);
+        uint32_t c = epyq_jj_utf8_next(p, n, &j);
         bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
                    c == 0x85 || c == 0x2028 || c == 0x2029;
         if (!brk) {
@@ -338,12 +338,12 @@ static bool splitlines(jrender *r, jv s, bool keepends, jv *out) {
 
 static bool dict_view(jrender *r, jv self, int id, jv *out) {
     jdict *d = self.u.d;
-    jlist *l = jj_list_new(&r->ar, d->n);
-    if (!l) return jj_nomem(r);
+    jlist *l = epyq_jj_list_new(&r->ar, d->n);
+    if (!l) return epyq_jj_nomem(r);
     for (size_t i = 0; i < d->n; i++) {
         if (id == M_ITEMS) {
-            jlist *pair = jj_list_new(&r->ar, 2);
-            if (!pair) return jj_nomem(r);
+            jlist *pair = epyq_jj_list_new(&r->ar, 2);
+            if (!pair) return epyq_jj_nomem(r);
             pair->v[0] = d->k[i];
             pair->v[1] = d->v[i];
             pair->n = 2;
@@ -358,16 +358,16 @@ static bool dict_view(jrender *r, jv self, int id, jv *out) {
 }
 
 static bool kwargs_dict(jrender *r, const argv_t *a, bool ns, jv *out) {
-    jdict *d = jj_dict_new(&r->ar, a->n);
-    if (!d) return jj_nomem(r);
+    jdict *d = epyq_jj_dict_new(&r->ar, a->n);
+    if (!d) return epyq_jj_nomem(r);
     for (size_t i = 0; i < a->n; i++) {
         if (a->names && a->names[i]) {
-            if (!jj_dict_set(&r->ar, d, jv_str(a->names[i], strlen(a->names[i])), a->args[i])) return jj_nomem(r);
+            if (!epyq_jj_dict_set(&r->ar, d, jv_str(a->names[i], strlen(a->names[i])), a->args[i])) return epyq_jj_nomem(r);
         } else if (a->args[i].t == JV_DICT) { /* namespace({...}) / dict({...}) */
             for (size_t k = 0; k < a->args[i].u.d->n; k++)
-                if (!jj_dict_set(&r->ar, d, a->args[i].u.d->k[k], a->args[i].u.d->v[k])) return jj_nomem(r);
+                if (!epyq_jj_dict_set(&r->ar, d, a->args[i].u.d->k[k], a->args[i].u.d->v[k])) return epyq_jj_nomem(r);
         } else {
-            return jj_fail(r, "%s() takes keyword arguments or one mapping", ns ? "namespace" : "dict");
+            return epyq_jj_fail(r, "%s() takes keyword arguments or one mapping", ns ? "namespace" : "dict");
         }
     }
     *out = (jv){.t = ns ? JV_NS : JV_DICT, .u.d = d};
@@ -378,19 +378,19 @@ static bool do_range(jrender *r, const argv_t *a, jv *out) {
     int64_t v[3] = {0, 0, 1};
     size_t np = 0;
     for (size_t i = 0; i < a->n; i++) {
-        if (a->names && a->names[i]) return jj_fail(r, "range() takes no keyword arguments");
+        if (a->names && a->names[i]) return epyq_jj_fail(r, "range() takes no keyword arguments");
         if (a->args[i].t != JV_INT && a->args[i].t != JV_BOOL)
-            return jj_fail(r, "range() arguments must be integers, not %s", jj_type_name(a->args[i]));
-        if (np == 3) return jj_fail(r, "range expected at most 3 arguments");
+            return epyq_jj_fail(r, "range() arguments must be integers, not %s", epyq_jj_type_name(a->args[i]));
+        if (np == 3) return epyq_jj_fail(r, "range expected at most 3 arguments");
         v[np++] = a->args[i].t == JV_INT ? a->args[i].u.i : a->args[i].u.b;
     }
-    if (np == 0) return jj_fail(r, "range expected at least 1 argument");
+    if (np == 0) return epyq_jj_fail(r, "range expected at least 1 argument");
     int64_t start = np == 1 ? 0 : v[0], stop = np == 1 ? v[0] : v[1], step = np == 3 ? v[2] : 1;
-    if (step == 0) return jj_fail(r, "range() arg 3 must not be zero");
+    if (step == 0) return epyq_jj_fail(r, "range() arg 3 must not be zero");
     double count = step > 0 ? ((double)stop - (double)start) / (double)step : ((double)start - (double)stop) / (double)-step;
-    if (count > MAX_RANGE) return jj_fail(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
-    jlist *l = jj_list_new(&r->ar, count > 0 ? (size_t)count + 1 : 0);
-    if (!l) return jj_nomem(r);
+    if (count > MAX_RANGE) return epyq_jj_fail(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", MAX_RANGE);
+    jlist *l = epyq_jj_list_new(&r->ar, count > 0 ? (size_t)count + 1 : 0);
+    if (!l) return epyq_jj_nomem(r);
     for (int64_t x = start; step > 0 ? x < stop : x > stop; x += step) {
         l->v[l->n++] = jv_int(x);
         if (l->n >= l->cap) break;
@@ -399,7 +399,7 @@ static bool do_range(jrender *r, const argv_t *a, jv *out) {
     return true;
 }
 
-bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *const *names, size_t nargs, jv *out) {
+bool epyq_jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *const *names, size_t nargs, jv *out) {
     argv_t a = {args, names, nargs};
     jv self = f->self;
     jv a0 = get_arg(&a, 0, NULL, jv_undef(NULL));
@@ -416,7 +416,7 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         jv sep = get_arg(&a, 0, "sep", jv_none());
         jv mx = get_arg(&a, 1, "maxsplit", jv_int(-1));
         if (sep.t != JV_NONE && !str_arg(r, sep, "split separator")) return false;
-        if (mx.t != JV_INT) return jj_fail(r, "maxsplit must be an integer");
+        if (mx.t != JV_INT) return epyq_jj_fail(r, "maxsplit must be an integer");
         return split(r, self, sep, mx.u.i, f->id == M_RSPLIT, out);
     }
     case M_STRIP:
@@ -424,8 +424,8 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
     case M_RSTRIP: {
         jv chars = get_arg(&a, 0, "chars", jv_none());
         int which = f->id == M_STRIP ? 3 : f->id == M_LSTRIP ? 1 : 2;
-        if (chars.t == JV_NONE) *out = jj_str_strip(self, NULL, 0, which);
-        else if (str_arg(r, chars, "strip")) *out = jj_str_strip(self, chars.u.s.p, chars.u.s.n, which);
+        if (chars.t == JV_NONE) *out = epyq_jj_str_strip(self, NULL, 0, which);
+        else if (str_arg(r, chars, "strip")) *out = epyq_jj_str_strip(self, chars.u.s.p, chars.u.s.n, which);
         else return false;
         return true;
     }
@@ -433,7 +433,7 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         jv old = get_arg(&a, 0, "old", jv_undef("old")), new = get_arg(&a, 1, "new", jv_undef("new"));
         jv cnt = get_arg(&a, 2, "count", jv_int(-1));
         if (!str_arg(r, old, "replace") || !str_arg(r, new, "replace")) return false;
-        if (cnt.t != JV_INT) return jj_fail(r, "replace count must be an integer");
+        if (cnt.t != JV_INT) return epyq_jj_fail(r, "replace count must be an integer");
         return str_replace(r, self, old, new, cnt.u.i, out);
     }
     case M_UPPER:
@@ -442,8 +442,8 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
     case M_CAPITALIZE: {
         /* Same mapping as the filters of the same names. */
         static const char *const fnames[] = {"upper", "lower", "title", "capitalize"};
-        int fid = jj_filter_id(fnames[f->id - M_UPPER]);
-        return jj_apply_filter(r, NULL, fid, &self, NULL, 1, out);
+        int fid = epyq_jj_filter_id(fnames[f->id - M_UPPER]);
+        return epyq_jj_apply_filter(r, NULL, fid, &self, NULL, 1, out);
     }
     case M_FIND:
     case M_RFIND:
@@ -453,7 +453,7 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         size_t n = self.u.s.n, m = a0.u.s.n;
         if (f->id == M_STR_COUNT) {
             int64_t c = 0;
-            if (!m) c = (int64_t)jj_utf8_len(p, n) + 1;
+            if (!m) c = (int64_t)epyq_jj_utf8_len(p, n) + 1;
             else
                 for (const char *h = p; (h = memmem(h, n - (size_t)(h - p), q, m)) != NULL; h += m) c++;
             *out = jv_int(c);
@@ -462,11 +462,11 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         int64_t pos = -1;
         if (f->id == M_FIND) {
             const char *h = m ? memmem(p, n, q, m) : p;
-            if (h) pos = (int64_t)jj_utf8_len(p, (size_t)(h - p));
+            if (h) pos = (int64_t)epyq_jj_utf8_len(p, (size_t)(h - p));
         } else if (m <= n) {
             for (size_t at = n - m + 1; at-- > 0;)
                 if (!memcmp(p + at, q, m)) {
-                    pos = (int64_t)jj_utf8_len(p, at);
+                    pos = (int64_t)epyq_jj_utf8_len(p, at);
                     break;
                 }
         }
@@ -475,21 +475,21 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
     }
     case M_JOIN: {
         jlist *l;
-        if (!jj_iter_list(r, a0, &l)) return false;
+        if (!epyq_jj_iter_list(r, a0, &l)) return false;
         epyq_sbuf b = {.max = r->max_output};
         for (size_t i = 0; i < l->n; i++) {
             if (l->v[i].t != JV_STR) {
                 epyq_sbuf_free(&b);
-                return jj_fail(r, "sequence item %zu: expected str instance, %s found", i, jj_type_name(l->v[i]));
+                return epyq_jj_fail(r, "sequence item %zu: expected str instance, %s found", i, epyq_jj_type_name(l->v[i]));
             }
             if ((i && !epyq_sbuf_add(&b, self.u.s.p, self.u.s.n)) || !epyq_sbuf_add(&b, l->v[i].u.s.p, l->v[i].u.s.n)) {
                 epyq_sbuf_free(&b);
-                return jj_nomem(r);
+                return epyq_jj_nomem(r);
             }
         }
-        return jj_str_from_buf(r, &b, out);
+        return epyq_jj_str_from_buf(r, &b, out);
     }
-    case M_SPLITLINES: return splitlines(r, self, jj_truthy(get_arg(&a, 0, "keepends", jv_bool(false))), out);
+    case M_SPLITLINES: return splitlines(r, self, epyq_jj_truthy(get_arg(&a, 0, "keepends", jv_bool(false))), out);
     case M_ISDIGIT:
     case M_ISALPHA:
     case M_ISSPACE:
@@ -508,12 +508,12 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         }
         return true;
     }
-    case M_STR_UNSUPPORTED: return jj_fail(r, "str.%s() is not supported by this template engine", func_name(f));
+    case M_STR_UNSUPPORTED: return epyq_jj_fail(r, "str.%s() is not supported by this template engine", func_name(f));
     case M_ITEMS:
     case M_KEYS:
     case M_VALUES: return dict_view(r, self, f->id, out);
     case M_GET: {
-        jv *v = jj_dict_get(self.u.d, a0);
+        jv *v = epyq_jj_dict_get(self.u.d, a0);
         *out = v ? *v : get_arg(&a, 1, "default", jv_none());
         return true;
     }
@@ -522,27 +522,27 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
     case M_LIST_COUNT: {
         int64_t c = 0;
         for (size_t i = 0; i < self.u.l->n; i++)
-            if (jj_equal(self.u.l->v[i], a0)) {
+            if (epyq_jj_equal(self.u.l->v[i], a0)) {
                 if (f->id == M_LIST_INDEX) {
                     *out = jv_int((int64_t)i);
                     return true;
                 }
                 c++;
             }
-        if (f->id == M_LIST_INDEX) return jj_fail(r, "value is not in list");
+        if (f->id == M_LIST_INDEX) return epyq_jj_fail(r, "value is not in list");
         *out = jv_int(c);
         return true;
     }
     case M_UNSAFE:
-        return jj_fail(r, "access to attribute '%s' of '%s' object is unsafe.", func_name(f), jj_type_name(self));
+        return epyq_jj_fail(r, "access to attribute '%s' of '%s' object is unsafe.", func_name(f), epyq_jj_type_name(self));
     case M_CYCLE:
-        if (!nargs) return jj_fail(r, "no items for cycling given");
+        if (!nargs) return epyq_jj_fail(r, "no items for cycling given");
         *out = args[self.u.loop->idx % nargs];
         return true;
     case G_RAISE: {
         /* The template's own message, verbatim: callers show it to the user. */
         epyq_sbuf b = {.max = 4096};
-        jj_to_str(&b, a0);
+        epyq_jj_to_str(&b, a0);
         if (r->err && r->err->code == EPYQ_OK)
             epyq_err_set(r->err, EPYQ_E_TEMPLATE, "%s", b.p ? b.p : "");
         epyq_sbuf_free(&b);
@@ -559,11 +559,11 @@ bool jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *con
         struct tm tm;
         localtime_r(&now, &tm);
         size_t n = strftime(buf, sizeof buf, fmt, &tm);
-        char *s = jj_strdup(&r->ar, buf, n);
-        if (!s) return jj_nomem(r);
+        char *s = epyq_jj_strdup(&r->ar, buf, n);
+        if (!s) return epyq_jj_nomem(r);
         *out = jv_str(s, n);
         return true;
     }
     }
-    return jj_fail(r, "unknown built-in");
+    return epyq_jj_fail(r, "unknown built-in");
 }

@@ -91,7 +91,7 @@ static bool expect_kind(parser *P, jt_kind k, const char *what) {
 }
 
 static jnode *new_node(parser *P, jn_kind kind, const jtok *at) {
-    jnode *n = jj_alloc(P->ar, sizeof *n);
+    jnode *n = epyq_jj_alloc(P->ar, sizeof *n);
     if (!n) return fail_at(P, at, "out of memory");
     n->kind = (uint8_t)kind;
     n->line = at->line;
@@ -122,10 +122,10 @@ static bool nv_push(parser *P, nvec *v, jnode *x, const char *name) {
 static bool nv_to_kids(parser *P, nvec *v, jnode *n) {
     bool ok = true;
     if (v->n) {
-        n->kids = jj_alloc_array(P->ar, v->n, sizeof *n->kids);
+        n->kids = epyq_jj_alloc_array(P->ar, v->n, sizeof *n->kids);
         bool any_name = false;
         for (size_t i = 0; i < v->n; i++) any_name |= v->names[i] != NULL;
-        if (any_name) n->argnames = jj_alloc_array(P->ar, v->n, sizeof *n->argnames);
+        if (any_name) n->argnames = epyq_jj_alloc_array(P->ar, v->n, sizeof *n->argnames);
         if (!n->kids || (any_name && !n->argnames)) {
             ok = false;
             fail_at(P, cur(P), "out of memory");
@@ -145,7 +145,7 @@ static jnode **nv_to_body(parser *P, nvec *v, size_t *count) {
     jnode **out = NULL;
     *count = 0;
     if (v->n) {
-        out = jj_alloc_array(P->ar, v->n, sizeof *out);
+        out = epyq_jj_alloc_array(P->ar, v->n, sizeof *out);
         if (out) {
             memcpy(out, v->v, v->n * sizeof *out);
             *count = v->n;
@@ -218,7 +218,7 @@ static jnode *parse_filter(parser *P, jnode *subject) {
     skip(P);
     if (cur(P)->kind != JT_NAME) return fail_at(P, cur(P), "expected a filter name after '|'");
     const jtok *nt = cur(P);
-    int fid = jj_filter_id(nt->p);
+    int fid = epyq_jj_filter_id(nt->p);
     if (fid < 0) return fail_at(P, nt, "unsupported filter '%s'", nt->p);
     skip(P);
     jnode *n = new_node(P, JN_FILTER, at);
@@ -245,7 +245,7 @@ static jnode *parse_test(parser *P, jnode *subject) {
     }
     if (cur(P)->kind != JT_NAME) return fail_at(P, cur(P), "expected a test name after 'is'");
     const jtok *nt = cur(P);
-    int tid = jj_test_id(nt->p);
+    int tid = epyq_jj_test_id(nt->p);
     if (tid < 0) return fail_at(P, nt, "unsupported test '%s'", nt->p);
     skip(P);
     jnode *n = new_node(P, JN_TEST, at);
@@ -302,7 +302,7 @@ static jnode *parse_subscript(parser *P, jnode *obj, const jtok *at) {
     if (!is_slice) return node2(P, JN_ITEM, at, obj, parts[0]);
     jnode *n = new_node(P, JN_SLICE, at);
     if (!n) return NULL;
-    n->kids = jj_alloc_array(P->ar, 4, sizeof *n->kids);
+    n->kids = epyq_jj_alloc_array(P->ar, 4, sizeof *n->kids);
     if (!n->kids) return fail_at(P, at, "out of memory");
     n->kids[0] = obj;
     for (int k = 0; k < 3; k++) n->kids[k + 1] = parts[k]; /* NULL = omitted */
@@ -424,7 +424,7 @@ static jnode *parse_primary(parser *P) {
             skip(P);
         }
         n = new_node(P, JN_LIT, t);
-        char *s = ok && n ? jj_strdup(P->ar, b.p ? b.p : "", b.len) : NULL;
+        char *s = ok && n ? epyq_jj_strdup(P->ar, b.p ? b.p : "", b.len) : NULL;
         if (n && s) n->lit = jv_str(s, b.len);
         else n = fail_at(P, t, "out of memory");
         epyq_sbuf_free(&b);
@@ -554,7 +554,7 @@ static jnode *parse_compare(parser *P) {
     if (!nops) return first;
     jnode *n = new_node(P, JN_CMP, at);
     if (!n) return NULL;
-    n->ops = jj_alloc(P->ar, nops);
+    n->ops = epyq_jj_alloc(P->ar, nops);
     if (!n->ops) return fail_at(P, at, "out of memory");
     memcpy(n->ops, ops, nops);
     return nv_to_kids(P, &v, n) ? n : NULL;
@@ -611,7 +611,7 @@ static jnode *parse_condexpr(parser *P) {
         }
         jnode *n = new_node(P, JN_COND, t);
         if (!n) return NULL;
-        n->kids = jj_alloc_array(P->ar, 3, sizeof *n->kids);
+        n->kids = epyq_jj_alloc_array(P->ar, 3, sizeof *n->kids);
         if (!n->kids) return fail_at(P, t, "out of memory");
         n->kids[0] = x; /* value when true */
         n->kids[1] = c; /* condition */
@@ -695,7 +695,7 @@ static bool parse_targets(parser *P, jnode *n) {
         skip(P);
     }
     if (paren && !expect_op(P, ")")) return false;
-    n->argnames = jj_alloc_array(P->ar, k, sizeof *n->argnames);
+    n->argnames = epyq_jj_alloc_array(P->ar, k, sizeof *n->argnames);
     if (!n->argnames) {
         fail_at(P, cur(P), "out of memory");
         return false;
@@ -711,7 +711,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
     if (!n) return NULL;
     jnode *c = parse_tuple(P, true, false);
     if (!c || !expect_kind(P, JT_BLOCK_END, "'%}'")) return NULL;
-    n->kids = jj_alloc_array(P->ar, 1, sizeof *n->kids);
+    n->kids = epyq_jj_alloc_array(P->ar, 1, sizeof *n->kids);
     if (!n->kids) return fail_at(P, at, "out of memory");
     n->kids[0] = c;
     n->nkids = 1;
@@ -726,7 +726,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
     if (!strcmp(which, "elif")) {
         jnode *e = parse_if(P, wt);
         if (!e) return NULL;
-        n->orelse = jj_alloc_array(P->ar, 1, sizeof *n->orelse);
+        n->orelse = epyq_jj_alloc_array(P->ar, 1, sizeof *n->orelse);
         if (!n->orelse) return fail_at(P, at, "out of memory");
         n->orelse[0] = e;
         n->norelse = 1;
@@ -760,7 +760,7 @@ static jnode *parse_for(parser *P, const jtok *at) {
     }
     if (is_name(cur(P), "recursive")) return fail_at(P, cur(P), "recursive for loops are not supported");
     if (!expect_kind(P, JT_BLOCK_END, "'%}'")) return NULL;
-    n->kids = jj_alloc_array(P->ar, 2, sizeof *n->kids);
+    n->kids = epyq_jj_alloc_array(P->ar, 2, sizeof *n->kids);
     if (!n->kids) return fail_at(P, at, "out of memory");
     n->kids[0] = iter;
     n->kids[1] = filter;
@@ -805,7 +805,7 @@ static jnode *parse_set(parser *P, const jtok *at) {
         skip(P);
         jnode *v = parse_tuple(P, true, false);
         if (!v) return NULL;
-        n->kids = jj_alloc_array(P->ar, 1, sizeof *n->kids);
+        n->kids = epyq_jj_alloc_array(P->ar, 1, sizeof *n->kids);
         if (!n->kids) return fail_at(P, at, "out of memory");
         n->kids[0] = v;
         n->nkids = 1;
@@ -853,8 +853,8 @@ static jnode *parse_macro(parser *P, const jtok *at) {
     size_t np = v.n;
     n->argnames = NULL;
     if (np) {
-        n->argnames = jj_alloc_array(P->ar, np, sizeof *n->argnames);
-        n->kids = jj_alloc_array(P->ar, np, sizeof *n->kids);
+        n->argnames = epyq_jj_alloc_array(P->ar, np, sizeof *n->argnames);
+        n->kids = epyq_jj_alloc_array(P->ar, np, sizeof *n->kids);
         if (!n->argnames || !n->kids) {
             fail_at(P, at, "out of memory");
             goto bad;
@@ -991,7 +991,7 @@ epyq_status epyq_jinja_parse(const char *src, size_t len, const char *name, epyq
     norm[m] = '\0';
     jtok *toks = NULL;
     size_t ntoks = 0;
-    epyq_status st = jj_lex(&t->ar, norm, m, t->name, &toks, &ntoks, err);
+    epyq_status st = epyq_jj_lex(&t->ar, norm, m, t->name, &toks, &ntoks, err);
     free(norm);
     if (st) {
         epyq_jinja_free(t);
@@ -1015,6 +1015,6 @@ epyq_status epyq_jinja_parse(const char *src, size_t len, const char *name, epyq
 
 void epyq_jinja_free(epyq_jinja *t) {
     if (!t) return;
-    jj_arena_free(&t->ar);
+    epyq_jj_arena_free(&t->ar);
     free(t);
 }

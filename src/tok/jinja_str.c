@@ -5,7 +5,7 @@
 
 #include "tok/jinja_int.h"
 
-uint32_t jj_utf8_next(const char *s, size_t n, size_t *i) {
+uint32_t epyq_jj_utf8_next(const char *s, size_t n, size_t *i) {
     const unsigned char *u = (const unsigned char *)s;
     size_t p = *i;
     unsigned char c = u[p];
@@ -26,22 +26,22 @@ uint32_t jj_utf8_next(const char *s, size_t n, size_t *i) {
     return v;
 }
 
-size_t jj_utf8_len(const char *s, size_t n) {
+size_t epyq_jj_utf8_len(const char *s, size_t n) {
     size_t i = 0, count = 0;
     while (i < n) {
-        jj_utf8_next(s, n, &i);
+        epyq_jj_utf8_next(s, n, &i);
         count++;
     }
     return count;
 }
 
-size_t jj_utf8_offset(const char *s, size_t n, size_t cp) {
+size_t epyq_jj_utf8_offset(const char *s, size_t n, size_t cp) {
     size_t i = 0;
-    while (cp-- > 0 && i < n) jj_utf8_next(s, n, &i);
+    while (cp-- > 0 && i < n) epyq_jj_utf8_next(s, n, &i);
     return i;
 }
 
-bool jj_py_isspace(uint32_t c) {
+bool epyq_jj_py_isspace(uint32_t c) {
     /* CPython's _PyUnicode_IsWhitespace: bidirectional class WS/B/S or category Zs. */
     switch (c) {
     case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D:
@@ -56,20 +56,20 @@ bool jj_py_isspace(uint32_t c) {
 
 /* Is code point c in the (UTF-8) set chars? */
 static bool in_set(uint32_t c, const char *chars, size_t nchars) {
-    if (!chars) return jj_py_isspace(c);
+    if (!chars) return epyq_jj_py_isspace(c);
     size_t i = 0;
     while (i < nchars)
-        if (jj_utf8_next(chars, nchars, &i) == c) return true;
+        if (epyq_jj_utf8_next(chars, nchars, &i) == c) return true;
     return false;
 }
 
-jv jj_str_strip(jv s, const char *chars, size_t nchars, int which) {
+jv epyq_jj_str_strip(jv s, const char *chars, size_t nchars, int which) {
     const char *p = s.u.s.p;
     size_t a = 0, b = s.u.s.n;
     if (which & 1)
         while (a < b) {
             size_t j = a;
-            uint32_t c = jj_utf8_next(p, b, &j);
+            uint32_t c = epyq_jj_utf8_next(p, b, &j);
             if (!in_set(c, chars, nchars)) break;
             a = j;
         }
@@ -78,7 +78,7 @@ jv jj_str_strip(jv s, const char *chars, size_t nchars, int which) {
          * differently) and keep the end of the last character outside the set. */
         size_t i = a, keep = a;
         while (i < b) {
-            uint32_t c = jj_utf8_next(p, b, &i);
+            uint32_t c = epyq_jj_utf8_next(p, b, &i);
             if (!in_set(c, chars, nchars)) keep = i;
         }
         b = keep;

@@ -9,7 +9,7 @@
 #include "tok/jinja_int.h"
 #include "tok/pyjson.h"
 
-bool jj_fail(jrender *r, const char *fmt, ...) {
+bool epyq_jj_fail(jrender *r, const char *fmt, ...) {
     if (r->err && r->err->code != EPYQ_OK) return false; /* keep the first (innermost) error */
     char msg[768];
     va_list ap;
@@ -21,29 +21,29 @@ bool jj_fail(jrender *r, const char *fmt, ...) {
     return false;
 }
 
-bool jj_nomem(jrender *r) { return jj_fail(r, "template render exceeded its memory limit"); }
+bool epyq_jj_nomem(jrender *r) { return epyq_jj_fail(r, "template render exceeded its memory limit"); }
 
-bool jj_count_step(jrender *r) {
+bool epyq_jj_count_step(jrender *r) {
     if (++r->steps > r->max_steps)
-        return jj_fail(r, "template render exceeded %llu evaluation steps", (unsigned long long)r->max_steps);
+        return epyq_jj_fail(r, "template render exceeded %llu evaluation steps", (unsigned long long)r->max_steps);
     return true;
 }
 
-jlist *jj_list_new(jj_arena *a, size_t cap) {
-    jlist *l = jj_alloc(a, sizeof *l);
+jlist *epyq_jj_list_new(jj_arena *a, size_t cap) {
+    jlist *l = epyq_jj_alloc(a, sizeof *l);
     if (!l) return NULL;
     if (cap) {
-        l->v = jj_alloc_array(a, cap, sizeof *l->v);
+        l->v = epyq_jj_alloc_array(a, cap, sizeof *l->v);
         if (!l->v) return NULL;
         l->cap = cap;
     }
     return l;
 }
 
-bool jj_list_push(jj_arena *a, jlist *l, jv v) {
+bool epyq_jj_list_push(jj_arena *a, jlist *l, jv v) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
-        jv *nv = jj_alloc_array(a, cap, sizeof *nv);
+        jv *nv = epyq_jj_alloc_array(a, cap, sizeof *nv);
         if (!nv) return false;
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
@@ -53,39 +53,39 @@ bool jj_list_push(jj_arena *a, jlist *l, jv v) {
     return true;
 }
 
-jdict *jj_dict_new(jj_arena *a, size_t cap) {
-    jdict *d = jj_alloc(a, sizeof *d);
+jdict *epyq_jj_dict_new(jj_arena *a, size_t cap) {
+    jdict *d = epyq_jj_alloc(a, sizeof *d);
     if (!d) return NULL;
     if (cap) {
-        d->k = jj_alloc_array(a, cap, sizeof *d->k);
-        d->v = jj_alloc_array(a, cap, sizeof *d->v);
+        d->k = epyq_jj_alloc_array(a, cap, sizeof *d->k);
+        d->v = epyq_jj_alloc_array(a, cap, sizeof *d->v);
         if (!d->k || !d->v) return NULL;
         d->cap = cap;
     }
     return d;
 }
 
-jv *jj_dict_get(const jdict *d, jv k) {
+jv *epyq_jj_dict_get(const jdict *d, jv k) {
     for (size_t i = 0; i < d->n; i++)
-        if (jj_equal(d->k[i], k)) return &d->v[i];
+        if (epyq_jj_equal(d->k[i], k)) return &d->v[i];
     return NULL;
 }
 
-jv *jj_dict_get_str(const jdict *d, const char *k, size_t n) {
+jv *epyq_jj_dict_get_str(const jdict *d, const char *k, size_t n) {
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && !memcmp(d->k[i].u.s.p, k, n)) return &d->v[i];
     return NULL;
 }
 
-bool jj_dict_set(jj_arena *a, jdict *d, jv k, jv v) {
-    jv *old = jj_dict_get(d, k);
+bool epyq_jj_dict_set(jj_arena *a, jdict *d, jv k, jv v) {
+    jv *old = epyq_jj_dict_get(d, k);
     if (old) {
         *old = v;
         return true;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
-        jv *nk = jj_alloc_array(a, cap, sizeof *nk), *nv = jj_alloc_array(a, cap, sizeof *nv);
+        jv *nk = epyq_jj_alloc_array(a, cap, sizeof *nk), *nv = epyq_jj_alloc_array(a, cap, sizeof *nv);
         if (!nk || !nv) return false;
         if (d->n) {
             memcpy(nk, d->k, d->n * sizeof *nk);
@@ -101,10 +101,10 @@ bool jj_dict_set(jj_arena *a, jdict *d, jv k, jv v) {
     return true;
 }
 
-jv jj_from_cjson(jrender *r, const cJSON *x, int depth, bool *ok) {
+jv epyq_jj_from_cjson(jrender *r, const cJSON *x, int depth, bool *ok) {
     if (!x || cJSON_IsNull(x)) return jv_none();
     if (depth > 200) {
-        *ok = jj_fail(r, "JSON input nested deeper than 200 levels");
+        *ok = epyq_jj_fail(r, "JSON input nested deeper than 200 levels");
         return jv_none();
     }
     if (cJSON_IsTrue(x)) return jv_bool(true);
@@ -120,33 +120,33 @@ jv jj_from_cjson(jrender *r, const cJSON *x, int depth, bool *ok) {
         return jv_str(s, strlen(s)); /* borrowed: the cJSON tree outlives the render */
     }
     if (cJSON_IsArray(x)) {
-        jlist *l = jj_list_new(&r->ar, (size_t)cJSON_GetArraySize(x));
+        jlist *l = epyq_jj_list_new(&r->ar, (size_t)cJSON_GetArraySize(x));
         if (!l) {
-            *ok = jj_nomem(r);
+            *ok = epyq_jj_nomem(r);
             return jv_none();
         }
         for (const cJSON *c = x->child; c && *ok; c = c->next)
-            if (!jj_list_push(&r->ar, l, jj_from_cjson(r, c, depth + 1, ok))) *ok = jj_nomem(r);
+            if (!epyq_jj_list_push(&r->ar, l, epyq_jj_from_cjson(r, c, depth + 1, ok))) *ok = epyq_jj_nomem(r);
         return (jv){.t = JV_LIST, .u.l = l};
     }
     if (cJSON_IsObject(x)) {
-        jdict *d = jj_dict_new(&r->ar, (size_t)cJSON_GetArraySize(x));
+        jdict *d = epyq_jj_dict_new(&r->ar, (size_t)cJSON_GetArraySize(x));
         if (!d) {
-            *ok = jj_nomem(r);
+            *ok = epyq_jj_nomem(r);
             return jv_none();
         }
         for (const cJSON *c = x->child; c && *ok; c = c->next) {
             const char *k = c->string ? c->string : "";
             /* A repeated key keeps its first position and its last value, as json.loads does. */
-            if (!jj_dict_set(&r->ar, d, jv_str(k, strlen(k)), jj_from_cjson(r, c, depth + 1, ok)))
-                *ok = jj_nomem(r);
+            if (!epyq_jj_dict_set(&r->ar, d, jv_str(k, strlen(k)), epyq_jj_from_cjson(r, c, depth + 1, ok)))
+                *ok = epyq_jj_nomem(r);
         }
         return (jv){.t = JV_DICT, .u.d = d};
     }
     return jv_none();
 }
 
-bool jj_truthy(jv v) {
+bool epyq_jj_truthy(jv v) {
     switch (v.t) {
     case JV_UNDEF:
     case JV_NONE: return false;
@@ -164,7 +164,7 @@ static bool is_num(jv v) { return v.t == JV_BOOL || v.t == JV_INT || v.t == JV_F
 static double num_f(jv v) { return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b; }
 static int64_t num_i(jv v) { return v.t == JV_INT ? v.u.i : v.u.b; }
 
-bool jj_equal(jv a, jv b) {
+bool epyq_jj_equal(jv a, jv b) {
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -177,13 +177,13 @@ bool jj_equal(jv a, jv b) {
     case JV_LIST:
         if (a.tuple != b.tuple || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jj_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!epyq_jj_equal(a.u.l->v[i], b.u.l->v[i])) return false;
         return true;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
-            jv *o = jj_dict_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jj_equal(a.u.d->v[i], *o)) return false;
+            jv *o = epyq_jj_dict_get(b.u.d, a.u.d->k[i]);
+            if (!o || !epyq_jj_equal(a.u.d->v[i], *o)) return false;
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
@@ -194,7 +194,7 @@ bool jj_equal(jv a, jv b) {
     }
 }
 
-const char *jj_type_name(jv v) {
+const char *epyq_jj_type_name(jv v) {
     switch (v.t) {
     case JV_UNDEF: return "Undefined";
     case JV_NONE: return "NoneType";
@@ -211,7 +211,7 @@ const char *jj_type_name(jv v) {
     }
 }
 
-bool jj_compare(jrender *r, jv a, jv b, int *cmp) {
+bool epyq_jj_compare(jrender *r, jv a, jv b, int *cmp) {
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -231,17 +231,17 @@ bool jj_compare(jrender *r, jv a, jv b, int *cmp) {
     }
     if (a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
         for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-            if (jj_equal(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jj_compare(r, a.u.l->v[i], b.u.l->v[i], cmp);
+            if (epyq_jj_equal(a.u.l->v[i], b.u.l->v[i])) continue;
+            return epyq_jj_compare(r, a.u.l->v[i], b.u.l->v[i], cmp);
         }
         *cmp = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n ? 1 : 0;
         return true;
     }
     if (a.t == JV_UNDEF || b.t == JV_UNDEF) {
         jv u = a.t == JV_UNDEF ? a : b;
-        return jj_fail(r, "'%.*s' is undefined", (int)u.u.s.n, u.u.s.p ? u.u.s.p : "");
+        return epyq_jj_fail(r, "'%.*s' is undefined", (int)u.u.s.n, u.u.s.p ? u.u.s.p : "");
     }
-    return jj_fail(r, "'<' not supported between instances of '%s' and '%s'", jj_type_name(a), jj_type_name(b));
+    return epyq_jj_fail(r, "'<' not supported between instances of '%s' and '%s'", epyq_jj_type_name(a), epyq_jj_type_name(b));
 }
 
 /* Python repr() of a str: single quotes unless the text has ' and no ". */
@@ -301,29 +301,29 @@ static bool str_or_repr(epyq_sbuf *b, jv v, bool repr) {
     }
 }
 
-bool jj_to_str(epyq_sbuf *b, jv v) { return str_or_repr(b, v, false); }
-bool jj_repr(epyq_sbuf *b, jv v) { return str_or_repr(b, v, true); }
+bool epyq_jj_to_str(epyq_sbuf *b, jv v) { return str_or_repr(b, v, false); }
+bool epyq_jj_repr(epyq_sbuf *b, jv v) { return str_or_repr(b, v, true); }
 
-bool jj_str_from_buf(jrender *r, epyq_sbuf *b, jv *out) {
-    char *s = jj_strdup(&r->ar, b->p ? b->p : "", b->len);
+bool epyq_jj_str_from_buf(jrender *r, epyq_sbuf *b, jv *out) {
+    char *s = epyq_jj_strdup(&r->ar, b->p ? b->p : "", b->len);
     size_t n = b->len;
     epyq_sbuf_free(b);
-    if (!s) return jj_nomem(r);
+    if (!s) return epyq_jj_nomem(r);
     *out = jv_str(s, n);
     return true;
 }
 
-bool jj_stringify(jrender *r, jv v, jv *out) {
+bool epyq_jj_stringify(jrender *r, jv v, jv *out) {
     if (v.t == JV_STR) {
         *out = v;
         return true;
     }
     epyq_sbuf b = {.max = r->max_output};
-    if (!jj_to_str(&b, v)) {
+    if (!epyq_jj_to_str(&b, v)) {
         epyq_sbuf_free(&b);
-        return jj_nomem(r);
+        return epyq_jj_nomem(r);
     }
-    return jj_str_from_buf(r, &b, out);
+    return epyq_jj_str_from_buf(r, &b, out);
 }
 
 static bool newline_indent(epyq_sbuf *b, int indent, int level) {
@@ -334,7 +334,7 @@ static bool newline_indent(epyq_sbuf *b, int indent, int level) {
 }
 
 static bool tojson_at(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys, int level) {
-    if (level > 200) return jj_fail(r, "tojson: value nested deeper than 200 levels");
+    if (level > 200) return epyq_jj_fail(r, "tojson: value nested deeper than 200 levels");
     bool ok = true;
     switch (v.t) {
     case JV_NONE: ok = epyq_sbuf_adds(b, "null"); break;
@@ -363,19 +363,19 @@ static bool tojson_at(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys
             ok = epyq_sbuf_adds(b, "{}");
             break;
         }
-        size_t *order = jj_alloc_array(&r->ar, d->n, sizeof *order);
-        if (!order) return jj_nomem(r);
+        size_t *order = epyq_jj_alloc_array(&r->ar, d->n, sizeof *order);
+        if (!order) return epyq_jj_nomem(r);
         for (size_t i = 0; i < d->n; i++) {
             if (d->k[i].t != JV_STR && d->k[i].t != JV_INT && d->k[i].t != JV_FLOAT && d->k[i].t != JV_BOOL &&
                 d->k[i].t != JV_NONE)
-                return jj_fail(r, "tojson: keys must be str, int, float, bool or None, not %s", jj_type_name(d->k[i]));
+                return epyq_jj_fail(r, "tojson: keys must be str, int, float, bool or None, not %s", epyq_jj_type_name(d->k[i]));
             order[i] = i;
         }
         if (sort_keys) /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < d->n; i++)
                 for (size_t j = i; j > 0; j--) {
                     int c = 0;
-                    if (!jj_compare(r, d->k[order[j - 1]], d->k[order[j]], &c)) return false;
+                    if (!epyq_jj_compare(r, d->k[order[j - 1]], d->k[order[j]], &c)) return false;
                     if (c <= 0) break;
                     size_t t = order[j];
                     order[j] = order[j - 1];
@@ -404,12 +404,12 @@ static bool tojson_at(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys
     }
     case JV_UNDEF:
         /* json.dumps cannot serialise jinja2's Undefined. */
-        return jj_fail(r, "Object of type Undefined is not JSON serializable");
-    default: return jj_fail(r, "Object of type %s is not JSON serializable", jj_type_name(v));
+        return epyq_jj_fail(r, "Object of type Undefined is not JSON serializable");
+    default: return epyq_jj_fail(r, "Object of type %s is not JSON serializable", epyq_jj_type_name(v));
     }
-    return ok ? true : jj_nomem(r);
+    return ok ? true : epyq_jj_nomem(r);
 }
 
-bool jj_tojson(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys) {
+bool epyq_jj_tojson(jrender *r, epyq_sbuf *b, jv v, int indent, bool sort_keys) {
     return tojson_at(r, b, v, indent, sort_keys, 0);
 }

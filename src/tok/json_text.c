@@ -67,7 +67,7 @@ static epyq_status string(jp *p, epyq_sbuf *out) {
     for (;;) {
         size_t run = p->i;
         while (p->i < p->n && p->s[p->i] != '"' && p->s[p->i] != '\\' && p->s[p->i] >= 0x20) p->i++;
-        if (!tok_utf8_valid(p->s + run, p->i - run)) {
+        if (!epyq_tok_utf8_valid(p->s + run, p->i - run)) {
             p->i = run;
             return fail(p, "valid UTF-8 in a string");
         }

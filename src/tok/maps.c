@@ -7,7 +7,7 @@
 #include "core/util.h"
 #include "tok/tok_internal.h"
 
-uint64_t tok_hash_bytes(const void *p, size_t n) {
+uint64_t epyq_tok_hash_bytes(const void *p, size_t n) {
     /* 8 bytes at a time with a multiply-xorshift mix: token strings are short, and this is
      * several times faster than byte-wise FNV on the word-cache keys. */
     const uint8_t *s = p;
@@ -33,7 +33,7 @@ static size_t cap_for(size_t expect) {
     return cap;
 }
 
-epyq_status tok_strmap_init(tok_strmap *m, size_t expect, epyq_err *err) {
+epyq_status epyq_tok_strmap_init(tok_strmap *m, size_t expect, epyq_err *err) {
     memset(m, 0, sizeof *m);
     if (expect > ((size_t)1 << 30)) return epyq_err_set(err, EPYQ_E_FORMAT, "map of %zu entries is too large", expect);
     m->cap = cap_for(expect);
@@ -43,7 +43,7 @@ epyq_status tok_strmap_init(tok_strmap *m, size_t expect, epyq_err *err) {
     return EPYQ_OK;
 }
 
-void tok_strmap_free(tok_strmap *m) {
+void epyq_tok_strmap_free(tok_strmap *m) {
     free(m->slots);
     memset(m, 0, sizeof *m);
 }
@@ -53,7 +53,7 @@ static inline size_t home(uint32_t tag, size_t mask) { return ((size_t)tag * 0x9
 
 static epyq_status strmap_grow(tok_strmap *m, epyq_err *err) {
     tok_strmap bigger;
-    epyq_status st = tok_strmap_init(&bigger, m->cap, err);
+    epyq_status st = epyq_tok_strmap_init(&bigger, m->cap, err);
     if (st) return st;
     size_t mask = bigger.cap - 1;
     for (size_t i = 0; i < m->cap; i++) {
@@ -64,18 +64,18 @@ static epyq_status strmap_grow(tok_strmap *m, epyq_err *err) {
         bigger.slots[j] = *e;
     }
     bigger.n = m->n;
-    tok_strmap_free(m);
+    epyq_tok_strmap_free(m);
     *m = bigger;
     return EPYQ_OK;
 }
 
-epyq_status tok_strmap_put(tok_strmap *m, const char *pool, uint32_t off, uint32_t len, int32_t val,
+epyq_status epyq_tok_strmap_put(tok_strmap *m, const char *pool, uint32_t off, uint32_t len, int32_t val,
                            epyq_err *err) {
     if ((m->n + 1) * 2 > m->cap) {
         epyq_status st = strmap_grow(m, err);
         if (st) return st;
     }
-    uint32_t tag = (uint32_t)(tok_hash_bytes(pool + off, len) >> 32);
+    uint32_t tag = (uint32_t)(epyq_tok_hash_bytes(pool + off, len) >> 32);
     size_t mask = m->cap - 1;
     for (size_t i = home(tag, mask);; i = (i + 1) & mask) {
         tok_strslot *e = &m->slots[i];
@@ -91,9 +91,9 @@ epyq_status tok_strmap_put(tok_strmap *m, const char *pool, uint32_t off, uint32
     }
 }
 
-int32_t tok_strmap_get(const tok_strmap *m, const char *pool, const char *s, size_t n) {
+int32_t epyq_tok_strmap_get(const tok_strmap *m, const char *pool, const char *s, size_t n) {
     if (!m->cap) return -1;
-    uint32_t tag = (uint32_t)(tok_hash_bytes(s, n) >> 32);
+    uint32_t tag = (uint32_t)(epyq_tok_hash_bytes(s, n) >> 32);
     size_t mask = m->cap - 1;
     for (size_t i = home(tag, mask);; i = (i + 1) & mask) {
         const tok_strslot *e = &m->slots[i];
@@ -102,28 +102,28 @@ int32_t tok_strmap_get(const tok_strmap *m, const char *pool, const char *s, siz
     }
 }
 
-epyq_status tok_pairmap_init(tok_pairmap *m, size_t expect, epyq_err *err) {
+epyq_status epyq_tok_pairmap_init(tok_pairmap *m, size_t expect, epyq_err *err) {
     memset(m, 0, sizeof *m);
     if (expect > ((size_t)1 << 30)) return epyq_err_set(err, EPYQ_E_FORMAT, "%zu merges is too many", expect);
     m->cap = cap_for(expect);
     m->keys = malloc(m->cap * sizeof *m->keys);
     m->vals = malloc(m->cap * sizeof *m->vals);
     if (!m->keys || !m->vals) {
-        tok_pairmap_free(m);
+        epyq_tok_pairmap_free(m);
         return epyq_err_set(err, EPYQ_E_NOMEM, "cannot allocate a merge table of %zu entries", expect);
     }
     memset(m->keys, 0xff, m->cap * sizeof *m->keys);
     return EPYQ_OK;
 }
 
-void tok_pairmap_free(tok_pairmap *m) {
+void epyq_tok_pairmap_free(tok_pairmap *m) {
     free(m->keys);
     free(m->vals);
     memset(m, 0, sizeof *m);
 }
 
 /* The caller sized the map for all its merges at init, so it never grows. */
-void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
+void epyq_tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     size_t mask = m->cap - 1;

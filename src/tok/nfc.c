@@ -74,7 +74,7 @@ static epyq_status append_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, epyq_e
     return ok ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: out of memory normalizing text");
 }
 
-epyq_status tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, epyq_err *err) {
+epyq_status epyq_tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, epyq_err *err) {
     *changed = false;
     size_t copied = 0, seg = 0;
     bool dirty = false;
@@ -85,7 +85,7 @@ epyq_status tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, e
             continue;
         }
         size_t cl;
-        uint32_t cp = tok_utf8_get(s + i, n - i, &cl);
+        uint32_t cp = epyq_tok_utf8_get(s + i, n - i, &cl);
         if (newer(cp)) { /* unassigned for the reference: a segment of its own, kept as it is */
             if (dirty) goto boundary;
             i += cl;

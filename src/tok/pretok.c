@@ -39,7 +39,7 @@ static char *rewrite_space_escapes(const char *pat, size_t len, size_t *out_len)
     return out;
 }
 
-epyq_status tok_split_compile(const char *pat, size_t len, bool literal, pcre2_code **out, bool *jit,
+epyq_status epyq_tok_split_compile(const char *pat, size_t len, bool literal, pcre2_code **out, bool *jit,
                               const char *label, epyq_err *err) {
     *out = NULL;
     *jit = false;
@@ -63,7 +63,7 @@ epyq_status tok_split_compile(const char *pat, size_t len, bool literal, pcre2_c
     return EPYQ_OK;
 }
 
-void tok_split_state_free(tok_split_state *st) {
+void epyq_tok_split_state_free(tok_split_state *st) {
     pcre2_match_data_free(st->md);
     pcre2_match_context_free(st->mctx);
     pcre2_jit_stack_free(st->js);
@@ -77,7 +77,7 @@ static int split_match(const epyq_tok *t, tok_split_state *st, const uint8_t *s,
     return pcre2_match(t->split_re, s, n, from, PCRE2_NO_UTF_CHECK, st->md, st->mctx);
 }
 
-epyq_status tok_split_find(const epyq_tok *t, tok_split_state *st, const uint8_t *s, size_t n, size_t from,
+epyq_status epyq_tok_split_find(const epyq_tok *t, tok_split_state *st, const uint8_t *s, size_t n, size_t from,
                            size_t *mstart, size_t *mend, bool *found, epyq_err *err) {
     if (!st->md && !(st->md = pcre2_match_data_create_from_pattern(t->split_re, NULL)))
         return epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: cannot allocate regex match data");

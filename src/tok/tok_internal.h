@@ -20,7 +20,7 @@
 
 /* ---- hash maps (maps.c) ---------------------------------------------------------------- */
 
-uint64_t tok_hash_bytes(const void *p, size_t n);
+uint64_t epyq_tok_hash_bytes(const void *p, size_t n);
 
 /* Byte string -> int32, keys live in a caller-owned pool (offsets, so the pool may grow).
  * One 16-byte slot per probe, with a hash tag so a miss rarely touches the pool. */
@@ -36,13 +36,13 @@ typedef struct {
     size_t cap, n;      /* cap is a power of two, n <= cap / 2 */
 } tok_strmap;
 
-epyq_status tok_strmap_init(tok_strmap *m, size_t expect, epyq_err *err);
-void tok_strmap_free(tok_strmap *m);
+epyq_status epyq_tok_strmap_init(tok_strmap *m, size_t expect, epyq_err *err);
+void epyq_tok_strmap_free(tok_strmap *m);
 /* Insert or overwrite. key = pool[off, off+len). */
-epyq_status tok_strmap_put(tok_strmap *m, const char *pool, uint32_t off, uint32_t len, int32_t val,
+epyq_status epyq_tok_strmap_put(tok_strmap *m, const char *pool, uint32_t off, uint32_t len, int32_t val,
                            epyq_err *err);
 /* Value of key s[0, n), or -1. */
-int32_t tok_strmap_get(const tok_strmap *m, const char *pool, const char *s, size_t n);
+int32_t epyq_tok_strmap_get(const tok_strmap *m, const char *pool, const char *s, size_t n);
 
 /* (left id, right id) -> (merge rank, merged id). */
 typedef struct {
@@ -51,9 +51,9 @@ typedef struct {
     size_t cap, n;
 } tok_pairmap;
 
-epyq_status tok_pairmap_init(tok_pairmap *m, size_t expect, epyq_err *err);
-void tok_pairmap_free(tok_pairmap *m);
-void tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged);
+epyq_status epyq_tok_pairmap_init(tok_pairmap *m, size_t expect, epyq_err *err);
+void epyq_tok_pairmap_free(tok_pairmap *m);
+void epyq_tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t merged);
 /* true (and the rank and merged id) when the pair merges. */
 static inline bool tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, uint32_t *rank,
                                    int32_t *merged) {
@@ -73,9 +73,9 @@ static inline bool tok_pairmap_get(const tok_pairmap *m, int32_t a, int32_t b, u
 /* ---- byte-level alphabet (bytelevel.c) --------------------------------------------------- */
 
 /* Code point GPT-2's byte-to-unicode table gives byte b. */
-uint32_t tok_bytelevel_char(uint8_t b);
+uint32_t epyq_tok_bytelevel_char(uint8_t b);
 /* Byte of a byte-level code point, or -1 when cp is not in the table. */
-int tok_bytelevel_byte(uint32_t cp);
+int epyq_tok_bytelevel_byte(uint32_t cp);
 
 /* ---- UTF-8 (utf8.c) ---------------------------------------------------------------------- */
 
@@ -83,16 +83,16 @@ int tok_bytelevel_byte(uint32_t cp);
  * U+FFFD (Rust's from_utf8_lossy). With final=false an incomplete but so far valid sequence
  * at the very end is held back: the return value is the number of bytes consumed (n when
  * final). Returns SIZE_MAX when out cannot grow. */
-size_t tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out);
-bool tok_utf8_valid(const uint8_t *s, size_t n);
+size_t epyq_tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out);
+bool epyq_tok_utf8_valid(const uint8_t *s, size_t n);
 /* Decode the code point at s (valid UTF-8 assumed); *len gets its byte length. */
-uint32_t tok_utf8_get(const uint8_t *s, size_t n, size_t *len);
+uint32_t epyq_tok_utf8_get(const uint8_t *s, size_t n, size_t *len);
 /* Code point before s[end] (valid UTF-8 assumed); *len gets its byte length. */
-uint32_t tok_utf8_get_prev(const uint8_t *s, size_t end, size_t *len);
+uint32_t epyq_tok_utf8_get_prev(const uint8_t *s, size_t end, size_t *len);
 /* Unicode White_Space (what Rust's char::is_whitespace and Oniguruma's \s test). */
-bool tok_is_white_space(uint32_t cp);
+bool epyq_tok_is_white_space(uint32_t cp);
 /* Rust regex's Unicode \w: alphabetic, mark, decimal digit, connector punctuation, joiners. */
-bool tok_is_word_char(uint32_t cp);
+bool epyq_tok_is_word_char(uint32_t cp);
 
 /* ---- the tokenizer ----------------------------------------------------------------------- */
 
@@ -146,24 +146,24 @@ typedef struct {
     size_t n, cap;
 } tok_ids;
 
-epyq_status tok_ids_push(tok_ids *a, int32_t id, epyq_err *err);
+epyq_status epyq_tok_ids_push(tok_ids *a, int32_t id, epyq_err *err);
 
 /* The word cache is taken for a whole encode call with a trylock: a thread that finds it busy
  * encodes without it (same ids, only slower), so callers never wait on each other. */
-tok_cache *tok_cache_acquire(const epyq_tok *t);
-void tok_cache_release(tok_cache *c);
-tok_cache *tok_cache_new(size_t entries);
-void tok_cache_free(tok_cache *c);
+tok_cache *epyq_tok_cache_acquire(const epyq_tok *t);
+void epyq_tok_cache_release(tok_cache *c);
+tok_cache *epyq_tok_cache_new(size_t entries);
+void epyq_tok_cache_free(tok_cache *c);
 
 /* ---- NFC (nfc.c) ------------------------------------------------------------------------ */
 
 /* NFC of valid UTF-8 s[0, n). When the text is already NFC nothing is written and *changed
  * is false (use s as it is); else the normalized text is appended to out. */
-epyq_status tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, epyq_err *err);
+epyq_status epyq_tok_nfc(const uint8_t *s, size_t n, epyq_sbuf *out, bool *changed, epyq_err *err);
 
 /* ---- Split pre-tokenizer (pretok.c) ---------------------------------------------------- */
 
-epyq_status tok_split_compile(const char *pat, size_t len, bool literal, pcre2_code **out, bool *jit,
+epyq_status epyq_tok_split_compile(const char *pat, size_t len, bool literal, pcre2_code **out, bool *jit,
                               const char *label, epyq_err *err);
 
 /* Per-encode-call regex scratch (match data, and a JIT stack made only if needed). */
@@ -173,17 +173,17 @@ typedef struct {
     pcre2_jit_stack *js;
 } tok_split_state;
 
-void tok_split_state_free(tok_split_state *st);
+void epyq_tok_split_state_free(tok_split_state *st);
 /* Next match of the split regex in s[0, n) at or after from. */
-epyq_status tok_split_find(const epyq_tok *t, tok_split_state *st, const uint8_t *s, size_t n, size_t from,
+epyq_status epyq_tok_split_find(const epyq_tok *t, tok_split_state *st, const uint8_t *s, size_t n, size_t from,
                            size_t *mstart, size_t *mend, bool *found, epyq_err *err);
 
 /* BPE of one pre-tokenized piece (raw bytes) appended to out. cache may be NULL. */
-epyq_status tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s, size_t n, tok_ids *out,
+epyq_status epyq_tok_bpe_piece(const epyq_tok *t, tok_cache *cache, const uint8_t *s, size_t n, tok_ids *out,
                           epyq_err *err);
 /* The merge loop on symbol ids sym[0, n) in place; returns the new count, or SIZE_MAX when
  * scratch memory cannot be had. mode 0 = automatic (linear scan for short words, heap for
  * long ones), 1 = always the scan, 2 = always the heap: tests check the two agree. */
-size_t tok_bpe_merge(const tok_pairmap *merges, int32_t *sym, size_t n, int mode);
+size_t epyq_tok_bpe_merge(const tok_pairmap *merges, int32_t *sym, size_t n, int mode);
 
 #endif

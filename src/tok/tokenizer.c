@@ -167,7 +167,7 @@ static epyq_status load_model(loader *L, const cJSON *model, const char *label, 
     if (!L->has_vocab) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: missing", label);
     epyq_json_reader r = {.s = (const uint8_t *)L->text, .n = L->vocab_end, .i = L->vocab_at, .err = err};
     epyq_sbuf key = {0};
-    epyq_status st = tok_strmap_init(&t->vocab, (L->vocab_end - L->vocab_at) / 16, err);
+    epyq_status st = epyq_tok_strmap_init(&t->vocab, (L->vocab_end - L->vocab_at) / 16, err);
     L->max_id = -1;
     if (!st && !epyq_json_read_char(&r, '{')) st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.vocab: expected an object", label);
     bool first = true;
@@ -180,7 +180,7 @@ static epyq_status load_model(loader *L, const cJSON *model, const char *label, 
         else if (!st && (st = epyq_json_read_int(&r, 0, ID_MAX, &id)) == EPYQ_OK) {
             uint32_t off = 0;
             if (!(st = pool_add(&L->pool, key.p, key.len, &off, err)))
-                st = tok_strmap_put(&t->vocab, L->pool.p, off, (uint32_t)key.len, (int32_t)id, err);
+                st = epyq_tok_strmap_put(&t->vocab, L->pool.p, off, (uint32_t)key.len, (int32_t)id, err);
             if (id > L->max_id) L->max_id = (int32_t)id;
         }
         first = false;
@@ -190,18 +190,18 @@ static epyq_status load_model(loader *L, const cJSON *model, const char *label, 
     t->model_size = (int32_t)t->vocab.n;
 
     const char *unk = jstr(model, "unk_token");
-    t->unk_id = unk ? tok_strmap_get(&t->vocab, L->pool.p, unk, strlen(unk)) : -1;
+    t->unk_id = unk ? epyq_tok_strmap_get(&t->vocab, L->pool.p, unk, strlen(unk)) : -1;
     if (unk && t->unk_id < 0)
         return epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.unk_token \"%.60s\" is not in the vocabulary", label, unk);
 
     for (int b = 0; b < 256; b++) {
-        uint32_t cp = tok_bytelevel_char((uint8_t)b);
+        uint32_t cp = epyq_tok_bytelevel_char((uint8_t)b);
         char u[2] = {(char)cp, 0};
         if (cp >= 0x80) { /* every byte-level character is below U+0800: two bytes */
             u[0] = (char)(0xC0 | cp >> 6);
             u[1] = (char)(0x80 | (cp & 0x3F));
         }
-        t->byte_id[b] = tok_strmap_get(&t->vocab, L->pool.p, u, cp < 0x80 ? 1 : 2);
+        t->byte_id[b] = epyq_tok_strmap_get(&t->vocab, L->pool.p, u, cp < 0x80 ? 1 : 2);
     }
 
     return load_merges(L, label, err);
@@ -235,7 +235,7 @@ static epyq_status load_merges(loader *L, const char *label, epyq_err *err) {
     epyq_tok *t = L->t;
     /* Sized from the text (a merge takes at least 6 bytes), so the map never grows. */
     size_t cap_hint = L->has_merges ? (L->merges_end - L->merges_at) / 6 + 1 : 1;
-    epyq_status st = tok_pairmap_init(&t->merges, cap_hint, err);
+    epyq_status st = epyq_tok_pairmap_init(&t->merges, cap_hint, err);
     if (st || !L->has_merges) return st;
     epyq_json_reader r = {.s = (const uint8_t *)L->text, .n = L->merges_end, .i = L->merges_at, .err = err};
     epyq_sbuf a = {0}, b = {0}, cat = {0};
@@ -251,13 +251,13 @@ static epyq_status load_merges(loader *L, const char *label, epyq_err *err) {
             epyq_err_prefix(err, "%s: model.merges[%u]: ", label, rank);
             break;
         }
-        int32_t ia = tok_strmap_get(&t->vocab, L->pool.p, a.p, a.len), ib = tok_strmap_get(&t->vocab, L->pool.p, b.p, b.len);
+        int32_t ia = epyq_tok_strmap_get(&t->vocab, L->pool.p, a.p, a.len), ib = epyq_tok_strmap_get(&t->vocab, L->pool.p, b.p, b.len);
         cat.len = 0;
         if (!epyq_sbuf_add(&cat, a.p, a.len) || !epyq_sbuf_add(&cat, b.p, b.len)) {
             st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory reading merges", label);
             break;
         }
-        int32_t im = tok_strmap_get(&t->vocab, L->pool.p, cat.p, cat.len);
+        int32_t im = epyq_tok_strmap_get(&t->vocab, L->pool.p, cat.p, cat.len);
         if (ia < 0 || ib < 0 || im < 0) {
             st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: model.merges[%u]: \"%.60s\" + \"%.60s\": %s is not in the vocabulary", label,
                               rank, a.p, b.p, ia < 0 ? "the left part" : ib < 0 ? "the right part" : "the merged token");
@@ -267,7 +267,7 @@ static epyq_status load_merges(loader *L, const char *label, epyq_err *err) {
             st = epyq_err_set(err, EPYQ_E_INTERNAL, "%s: model.merges: more merges than the text can hold", label);
             break;
         }
-        tok_pairmap_put(&t->merges, ia, ib, rank, im);
+        epyq_tok_pairmap_put(&t->merges, ia, ib, rank, im);
     }
     epyq_sbuf_free(&a);
     epyq_sbuf_free(&b);
@@ -283,8 +283,8 @@ static epyq_status add_token(loader *L, const char *content, unsigned flags, int
     epyq_tok *t = L->t;
     size_t len = strlen(content);
     if (len == 0) return EPYQ_OK;
-    int32_t id = tok_strmap_get(&t->added_map, L->pool.p, content, len);
-    if (id < 0) id = tok_strmap_get(&t->vocab, L->pool.p, content, len);
+    int32_t id = epyq_tok_strmap_get(&t->added_map, L->pool.p, content, len);
+    if (id < 0) id = epyq_tok_strmap_get(&t->vocab, L->pool.p, content, len);
     if (id < 0) id = L->max_id >= t->model_size || t->model_size == 0 ? L->max_id + 1 : t->model_size;
     if (id > ID_MAX) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: too many added tokens", label);
     if (file_id >= 0 && file_id != id)
@@ -308,7 +308,7 @@ static epyq_status add_token(loader *L, const char *content, unsigned flags, int
     }
     uint32_t off = 0;
     epyq_status st = pool_add(&L->pool, content, len, &off, err);
-    if (st || (st = tok_strmap_put(&t->added_map, L->pool.p, off, (uint32_t)len, id, err))) return st;
+    if (st || (st = epyq_tok_strmap_put(&t->added_map, L->pool.p, off, (uint32_t)len, id, err))) return st;
     t->added[t->n_added++] = (tok_added){.off = off, .len = (uint32_t)len, .id = id, .flags = flags};
     if (id > L->max_id) L->max_id = id;
     return EPYQ_OK;
@@ -364,7 +364,7 @@ static epyq_status load_config_added(loader *L, const cJSON *dec, const char *la
     epyq_status st = EPYQ_OK;
     for (size_t i = 0; i < k && !st; i++) {
         const char *content = jstr(v[i].o, "content");
-        if (tok_strmap_get(&L->t->added_map, L->pool.p, content, strlen(content)) >= 0) continue;
+        if (epyq_tok_strmap_get(&L->t->added_map, L->pool.p, content, strlen(content)) >= 0) continue;
         st = add_token(L, content, added_flags(v[i].o), v[i].id, label, err);
     }
     free(v);
@@ -431,7 +431,7 @@ static epyq_status load_pretok(epyq_tok *t, const cJSON *p, const char *label, e
     bool bl_regex = jbool(bl, "use_regex", true);
     if (split && bl_regex)
         return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "%s: pre_tokenizer: Split followed by ByteLevel(use_regex=true) is not supported", label);
-    if (!split) return bl_regex ? tok_split_compile(GPT2_PATTERN, sizeof GPT2_PATTERN - 1, false, &t->split_re, &t->split_jit, label, err)
+    if (!split) return bl_regex ? epyq_tok_split_compile(GPT2_PATTERN, sizeof GPT2_PATTERN - 1, false, &t->split_re, &t->split_jit, label, err)
                                 : EPYQ_OK;
     const char *beh = jstr(split, "behavior");
     if (!beh || strcmp(beh, "Isolated") != 0 || jbool(split, "invert", false))
@@ -440,7 +440,7 @@ static epyq_status load_pretok(epyq_tok *t, const cJSON *p, const char *label, e
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(split, "pattern");
     const char *re = jstr(pat, "Regex"), *lit = jstr(pat, "String");
     if (!re && !lit) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: pre_tokenizer Split: pattern needs \"Regex\" or \"String\"", label);
-    return tok_split_compile(re ? re : lit, strlen(re ? re : lit), !re, &t->split_re, &t->split_jit, label, err);
+    return epyq_tok_split_compile(re ? re : lit, strlen(re ? re : lit), !re, &t->split_re, &t->split_jit, label, err);
 }
 
 /* Per id: its token string (added content wins over the model's) and the bytes the ByteLevel
@@ -478,7 +478,7 @@ static epyq_status build_id_tables(loader *L, const char *label, epyq_err *err) 
         bool fallback = false;
         for (size_t i = 0; i < len;) {
             size_t cl;
-            int b = tok_bytelevel_byte(tok_utf8_get(s + i, len - i, &cl));
+            int b = epyq_tok_bytelevel_byte(epyq_tok_utf8_get(s + i, len - i, &cl));
             if (b < 0) {
                 fallback = true;
                 break;
@@ -578,7 +578,7 @@ epyq_status epyq_tok_load_opts(epyq_tok **out, const char *dir, const epyq_tok_o
     cJSON *root = NULL;
     char *text = NULL;
     epyq_status st = parse_tokenizer_json(path, &L, &text, &root, err);
-    if (!st) st = tok_strmap_init(&t->added_map, 64, err);
+    if (!st) st = epyq_tok_strmap_init(&t->added_map, 64, err);
     if (!st) st = load_model(&L, cJSON_GetObjectItemCaseSensitive(root, "model"), path, err);
     if (!st) st = load_added(&L, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), path, err);
     if (!st) st = load_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), path, err);
@@ -604,7 +604,7 @@ epyq_status epyq_tok_load_opts(epyq_tok **out, const char *dir, const epyq_tok_o
     t->pool_len = L.pool.len;
     if (!st) {
         index_added(t);
-        if (opts->word_cache_entries && !(t->cache = tok_cache_new(opts->word_cache_entries)))
+        if (opts->word_cache_entries && !(t->cache = epyq_tok_cache_new(opts->word_cache_entries)))
             st = epyq_err_set(err, EPYQ_E_NOMEM, "tokenizer: cannot allocate a word cache of %zu entries", opts->word_cache_entries);
     }
     if (st) {
@@ -628,12 +628,12 @@ void epyq_tok_free(epyq_tok *t) {
     free(t->dec);
     free(t->dec_off);
     free(t->is_special);
-    tok_strmap_free(&t->vocab);
-    tok_strmap_free(&t->added_map);
+    epyq_tok_strmap_free(&t->vocab);
+    epyq_tok_strmap_free(&t->added_map);
     free(t->added);
-    tok_pairmap_free(&t->merges);
+    epyq_tok_pairmap_free(&t->merges);
     pcre2_code_free(t->split_re);
-    tok_cache_free(t->cache);
+    epyq_tok_cache_free(t->cache);
     free(t->chat_template);
     free(t);
 }
@@ -642,8 +642,8 @@ int32_t epyq_tok_vocab_size(const epyq_tok *t) { return t->n_ids; }
 
 int32_t epyq_tok_id(const epyq_tok *t, const char *token) {
     size_t n = strlen(token);
-    int32_t id = tok_strmap_get(&t->added_map, t->pool, token, n);
-    return id >= 0 ? id : tok_strmap_get(&t->vocab, t->pool, token, n);
+    int32_t id = epyq_tok_strmap_get(&t->added_map, t->pool, token, n);
+    return id >= 0 ? id : epyq_tok_strmap_get(&t->vocab, t->pool, token, n);
 }
 
 bool epyq_tok_is_special(const epyq_tok *t, int32_t id) { return id >= 0 && id < t->n_ids && t->is_special[id]; }

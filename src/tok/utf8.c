@@ -1,6 +1,6 @@
 /* src/tok/utf8.c — UTF-8 repair and the few Unicode predicates the tokenizer needs.
  *
- * tok_utf8_lossy follows the Unicode "maximal subpart" rule (Unicode 15, section 3.9,
+ * epyq_tok_utf8_lossy follows the Unicode "maximal subpart" rule (Unicode 15, section 3.9,
  * table 3-7), which is what Rust's String::from_utf8_lossy implements: a lead byte followed by
  * fewer continuation bytes than it needs becomes one U+FFFD; a byte that cannot start or
  * continue a sequence becomes one U+FFFD on its own. The reference decoder runs exactly this
@@ -33,7 +33,7 @@ static int lead_info(uint8_t b, uint8_t *lo, uint8_t *hi) {
     return 0;
 }
 
-size_t tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out) {
+size_t epyq_tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out) {
     if (n == 0) return 0; /* s may be NULL then */
     size_t i = 0, run = 0; /* s[run, i) is valid and not yet copied */
     while (i < n) {
@@ -62,7 +62,7 @@ size_t tok_utf8_lossy(const uint8_t *s, size_t n, bool final, epyq_sbuf *out) {
     return i;
 }
 
-bool tok_utf8_valid(const uint8_t *s, size_t n) {
+bool epyq_tok_utf8_valid(const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n;) {
         if (s[i] < 0x80) {
             i++;
@@ -78,7 +78,7 @@ bool tok_utf8_valid(const uint8_t *s, size_t n) {
     return true;
 }
 
-uint32_t tok_utf8_get(const uint8_t *s, size_t n, size_t *len) {
+uint32_t epyq_tok_utf8_get(const uint8_t *s, size_t n, size_t *len) {
     uint32_t c = s[0];
     size_t l = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
     if (l > n) l = n;
@@ -88,16 +88,16 @@ uint32_t tok_utf8_get(const uint8_t *s, size_t n, size_t *len) {
     return c;
 }
 
-uint32_t tok_utf8_get_prev(const uint8_t *s, size_t end, size_t *len) {
+uint32_t epyq_tok_utf8_get_prev(const uint8_t *s, size_t end, size_t *len) {
     size_t start = end;
     while (start > 0 && end - start < 4) {
         start--;
         if ((s[start] & 0xC0) != 0x80) break;
     }
-    return tok_utf8_get(s + start, end - start, len);
+    return epyq_tok_utf8_get(s + start, end - start, len);
 }
 
-bool tok_is_white_space(uint32_t cp) {
+bool epyq_tok_is_white_space(uint32_t cp) {
     /* White_Space = Zs + Zl + Zp + TAB..CR + NEL: stable since Unicode 6.3, so the category
      * test is exact for every table version. */
     if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x85 || cp == 0x20) return true;
@@ -106,7 +106,7 @@ bool tok_is_white_space(uint32_t cp) {
     return cat == UTF8PROC_CATEGORY_ZS || cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP;
 }
 
-bool tok_is_word_char(uint32_t cp) {
+bool epyq_tok_is_word_char(uint32_t cp) {
     if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
     if (cp == 0x200C || cp == 0x200D) return true;
     /* Alphabetic is approximated by the letter categories plus Nl; the few Other_Alphabetic

@@ -1,7 +1,7 @@
 /* tests/files/tiny_ckpt.h — test-only writer of small, complete checkpoint folders in every
  * supported on-disk format, so loader tests run without ../shared and can corrupt any part.
  *
- * The packing here is written directly from ../shared/spec/quant-formats.md (independently of
+ * The packing here is written directly from docs/quant-formats.md (independently of
  * src/load/q4_decode.c), and every int4 linear stores codes, zeros and scales drawn from
  * closed-form patterns (tc_code/tc_zero/tc_scale), so a test can compute the expected
  * dequantized weight without calling the code under test. Header-only, static functions. */

@@ -12,7 +12,7 @@
 
 #include "tok/jinja.h"
 
-extern const char synth_chat_template[];
+extern const char epyq_synth_chat_template[];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -39,7 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     /* The real template must render: a sanity check of the harness itself. */
     epyq_jinja *t = NULL;
     char *out = NULL;
-    if (epyq_jinja_parse(synth_chat_template, strlen(synth_chat_template), NULL, &t, NULL) != EPYQ_OK ||
+    if (epyq_jinja_parse(epyq_synth_chat_template, strlen(epyq_synth_chat_template), NULL, &t, NULL) != EPYQ_OK ||
         epyq_jinja_render(t, g_vars, NULL, &out, NULL, NULL) != EPYQ_OK)
         abort();
     free(out);

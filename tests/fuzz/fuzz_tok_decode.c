@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t ol;
         epyq_err err;
         if (epyq_tok_decode(g_tok, ids, n, skip, &one, &ol, &err) != EPYQ_OK) abort();
-        if (!tok_utf8_valid((const uint8_t *)one, ol)) abort();
+        if (!epyq_tok_utf8_valid((const uint8_t *)one, ol)) abort();
         epyq_tok_stream *st = epyq_tok_stream_new(g_tok, skip);
         if (!st) abort();
         epyq_sbuf acc = {0};
@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             size_t cl;
             epyq_status s = i < n ? epyq_tok_stream_push_n(st, ids[i], &chunk, &cl, &err)
                                   : epyq_tok_stream_finish_n(st, &chunk, &cl, &err);
-            if (s != EPYQ_OK || !tok_utf8_valid((const uint8_t *)chunk, cl)) abort();
+            if (s != EPYQ_OK || !epyq_tok_utf8_valid((const uint8_t *)chunk, cl)) abort();
             if (!epyq_sbuf_add(&acc, chunk, cl)) abort();
             free(chunk);
         }

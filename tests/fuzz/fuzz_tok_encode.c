@@ -40,15 +40,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *dec;
     size_t dl;
     if (epyq_tok_decode(g_tok, ids, n, false, &dec, &dl, &err) != EPYQ_OK) abort();
-    if (!tok_utf8_valid((const uint8_t *)dec, dl)) abort();
+    if (!epyq_tok_utf8_valid((const uint8_t *)dec, dl)) abort();
     if (g_fixture) {
         epyq_sbuf fixed = {0};
-        if (tok_utf8_lossy((const uint8_t *)text, len, true, &fixed) == SIZE_MAX) abort();
-        /* NFC as the tokenizer defines it (Unicode 9.0 behaviour; tok_nfc itself is checked
+        if (epyq_tok_utf8_lossy((const uint8_t *)text, len, true, &fixed) == SIZE_MAX) abort();
+        /* NFC as the tokenizer defines it (Unicode 9.0 behaviour; epyq_tok_nfc itself is checked
          * against utf8proc in test_tok_local). */
         epyq_sbuf nfc = {0};
         bool changed;
-        if (tok_nfc((const uint8_t *)fixed.p, fixed.len, &nfc, &changed, &err) != EPYQ_OK) abort();
+        if (epyq_tok_nfc((const uint8_t *)fixed.p, fixed.len, &nfc, &changed, &err) != EPYQ_OK) abort();
         const char *want = changed ? nfc.p : fixed.p;
         size_t wl = changed ? nfc.len : fixed.len;
         if (wl != dl || (dl && memcmp(want, dec, dl) != 0)) abort();

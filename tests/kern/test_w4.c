@@ -140,7 +140,7 @@ START_TEST(test_pack_roundtrip) {
 }
 END_TEST
 
-/* The worked example of quant-formats.md §3: U[n][k] = (n + k) mod 16. Row 0's first word
+/* The worked example of docs/quant-formats.md §3: U[n][k] = (n + k) mod 16. Row 0's first word
  * must be the GPTQ sequential word 0x76543210, row 7's 0xEDCBA987; a zero-point array of
  * all 8 is recognised as symmetric. */
 START_TEST(test_pack_pinned_words) {

@@ -4,7 +4,7 @@
  *    `epyq template` (text, --ids, exit codes) on the fixture folder;
  *  - project-local: the copy of the real template that `epyq synth` embeds (when linked in),
  *    checked against prompts written out from the template's documented behaviour
- *    (spec/tokenizer.md §5), and every raise_exception path of the template. */
+ *    (src/tok/chat.h), and every raise_exception path of the template. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include "tok/tokenizer.h"
 
 /* epyq synth's embedded copy of the real template (src/synth/tok_data.c). */
-extern const char synth_chat_template[];
+extern const char epyq_synth_chat_template[];
 
 static char g_fixture_dir[4096];
 
@@ -38,7 +38,7 @@ static epyq_chat *real_chat(void) {
     if (dir) {
         ck_assert_msg(epyq_chat_load(&c, dir, &err) == EPYQ_OK, "%s", err.msg);
     } else {
-        ck_assert_msg(epyq_chat_from_template(&c, synth_chat_template, strlen(synth_chat_template), &err) == EPYQ_OK,
+        ck_assert_msg(epyq_chat_from_template(&c, epyq_synth_chat_template, strlen(epyq_synth_chat_template), &err) == EPYQ_OK,
                       "%s", err.msg);
     }
     return c;
@@ -185,8 +185,8 @@ START_TEST(template_behaviour) {
         size_t len = 0;
         epyq_err e = {0};
         ck_assert_msg(epyq_file_read(path, 1 << 20, &text, &len, &e) == EPYQ_OK, "%s", e.msg);
-        ck_assert_uint_eq(len, strlen(synth_chat_template));
-        ck_assert(!memcmp(text, synth_chat_template, len));
+        ck_assert_uint_eq(len, strlen(epyq_synth_chat_template));
+        ck_assert(!memcmp(text, epyq_synth_chat_template, len));
         free(text);
         free(path);
     }
@@ -310,7 +310,7 @@ START_TEST(cli_template) {
         /* A folder holding only tokenizer_config.json with the template. */
         snprintf(model, sizeof model, "%s", tmp);
         cJSON *cfg = cJSON_CreateObject();
-        cJSON_AddStringToObject(cfg, "chat_template", synth_chat_template);
+        cJSON_AddStringToObject(cfg, "chat_template", epyq_synth_chat_template);
         char *text = cJSON_PrintUnformatted(cfg);
         char *path = epyq_path_join(tmp, "tokenizer_config.json");
         epyq_err err;

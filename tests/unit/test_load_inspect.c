@@ -1,6 +1,7 @@
 /* tests/unit/test_load_inspect.c — the built `epyq inspect` program: exit codes, the one-line
- * error contract, --json contents (bytes per decoded token by the model.md §8.2 rule, computed
- * here from the dimensions), and every folder of ../shared/fixtures/models when present. */
+ * error contract, --json contents (bytes per decoded token by the docs/architecture.md §7.2 rule,
+ * computed here from the dimensions), and every folder of ../shared/fixtures/models when
+ * present. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -81,7 +82,8 @@ static double jnum(const cJSON *o, const char *path1, const char *path2) {
     return it->valuedouble;
 }
 
-/* Parameters one decoded token reads in the tiny model (model.md §8.2 rule), by hand. */
+/* Parameters one decoded token reads in the tiny model (docs/architecture.md §7.2 rule), by
+ * hand. */
 static double tiny_token_params(void) {
     double H = TC_H;
     double gdn = TC_CONV * H + TC_HV * TC_DV * H + 2.0 * TC_HV * H + H * TC_HV * TC_DV + TC_CONV * 4.0 + 2.0 * TC_HV + TC_DV;

@@ -1,5 +1,5 @@
 /* tests/unit/test_load_quant.c — int4 decoding against the hand-derived words of
- * ../shared/spec/quant-formats.md §3 (worked example: U[n][k] = (n + k) mod 16, scale 1,
+ * docs/quant-formats.md §3 (worked example: U[n][k] = (n + k) mod 16, scale 1,
  * G = 8, every decoder must give W[n][k] = U[n][k] - 8), plus g_idx gathers and Quark's
  * N < 8 padding. No fixtures needed: the tensors are built in memory. */
 #include <check.h>
@@ -94,7 +94,7 @@ END_TEST
 
 START_TEST(gptq_v1_wraps_whole_word) {
     /* asymmetric zero 0 stored in v1 as nibble 0xF: GPTQModel's +0x11111111 word fix wraps
-     * it to 0 and carries into the next nibble (quant-formats.md §4.4). */
+     * it to 0 and carries into the next nibble (docs/quant-formats.md §4.3). */
     case8 c;
     setup(&c, EPYQ_QF_GPTQ, false);
     memcpy(c.qwd, gptq_row0, sizeof gptq_row0);

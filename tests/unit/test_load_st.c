@@ -1,4 +1,4 @@
-/* tests/unit/test_load_st.c — every safetensors validation rule (conventions.md §3.2 and what
+/* tests/unit/test_load_st.c — every safetensors validation rule (docs/architecture.md §3.1 and what
  * epyq adds: duplicate keys, name/count caps, strict UTF-8 JSON object, index <-> shard
  * consistency), with hand-made bad headers and files. Each refusal must be EPYQ_E_FORMAT with
  * one line naming the file and, where there is one, the tensor and the rule. */

@@ -219,7 +219,8 @@ START_TEST(test_plan_nps4_full_model) {
     epyq_topo *t = load(NPS4);
     epyq_numa_model m;
     epyq_numa_model_35b_a3b(&m, true);
-    /* model.md §8: 34 660 610 688 text params; W4A16 g128 with BF16 embedding/lm_head ≈ 19.4 GB. */
+    /* docs/architecture.md §7: 34 660 610 688 text params; W4A16 g128 with BF16 embedding/lm_head ≈
+     * 19.4 GB. */
     uint64_t total = m.expert_bytes * 40 * 256 + m.dense_bytes;
     ck_assert_uint_eq(m.expert_bytes, 3145728ull / 128 * 66);
     ck_assert(total > 19300000000ull && total < 19500000000ull);

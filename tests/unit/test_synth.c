@@ -1,9 +1,9 @@
 /* tests/unit/test_synth.c — the synthetic-checkpoint writer on its own: packers against the
- * hand-derived words of quant-formats.md §3, each tool's quantizer against a direct transcription
- * of its rule (§2), the planned 35b-a3b layout against the shape tables of §4.8/§5.4/§6.4/§7 and
- * model.md §4, determinism (same seed = same bytes, whatever the thread count), the generated
- * tokenizer's merges, and the CLI's exit codes. Round trips through the loader are in
- * test_synth_roundtrip.c. */
+ * hand-derived words of docs/quant-formats.md §3, each tool's quantizer against a direct
+ * transcription of its rule (§2), the planned 35b-a3b layout against each format's tensor
+ * shapes (docs/quant-formats.md §4-§7) and docs/architecture.md §3, determinism (same seed = same
+ * bytes, whatever the thread count), the generated tokenizer's merges, and the CLI's exit codes.
+ * Round trips through the loader are in test_synth_roundtrip.c. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -41,26 +41,26 @@ START_TEST(test_pack_words) {
     static const uint32_t quark[8] = {0xFDB9ECA8, 0x0ECAFDB9, 0x1FDB0ECA, 0x20EC1FDB,
                                       0x31FD20EC, 0x420E31FD, 0x531F420E, 0x6420531F};
     uint32_t w[8];
-    synth_pack_gptq_qweight(q, 8, 8, 0, w); /* qweight row 0: columns n = 0..7 */
+    epyq_synth_pack_gptq_qweight(q, 8, 8, 0, w); /* qweight row 0: columns n = 0..7 */
     for (int n = 0; n < 8; n++) ck_assert_uint_eq(w[n], seq[n]);
     for (int n = 0; n < 8; n++) { /* compressed-tensors weight_packed[n][0]: same words */
-        synth_pack_ct(q, 8, n, w);
+        epyq_synth_pack_ct(q, 8, n, w);
         ck_assert_uint_eq(w[0], seq[n]);
     }
     for (int k = 0; k < 8; k++) { /* AWQ qweight[k][0] and Quark int4 reorder weight[k][0] */
-        synth_pack_along_n(q, 8, 8, k, false, true, w);
+        epyq_synth_pack_along_n(q, 8, 8, k, false, true, w);
         ck_assert_uint_eq(w[0], awq[k]);
-        synth_pack_along_n(q, 8, 8, k, true, true, w);
+        epyq_synth_pack_along_n(q, 8, 8, k, true, true, w);
         ck_assert_uint_eq(w[0], quark[k]);
     }
-    synth_pack_along_n(q, 8, 8, 0, true, false, w); /* Quark int4, pack_method "order" */
+    epyq_synth_pack_along_n(q, 8, 8, 0, true, false, w); /* Quark int4, pack_method "order" */
     ck_assert_uint_eq(w[0], 0xFEDCBA98u);
-    synth_pack_gptq_qzeros(z, 8, 1, 0, w); /* v1: zero 8 stored as 7 */
+    epyq_synth_pack_gptq_qzeros(z, 8, 1, 0, w); /* v1: zero 8 stored as 7 */
     ck_assert_uint_eq(w[0], 0x77777777u);
-    synth_pack_along_n(z, 8, 1, 0, true, true, w); /* Quark int4 zero point */
+    epyq_synth_pack_along_n(z, 8, 1, 0, true, true, w); /* Quark int4 zero point */
     ck_assert_uint_eq(w[0], 0u);
     /* Quark pads a partial last word with 0: N = 4 outputs (in_proj_a of the tiny shape) */
-    synth_pack_along_n(q, 4, 8, 1, true, true, w);
+    epyq_synth_pack_along_n(q, 4, 8, 1, true, true, w);
     for (int i = 0; i < 8; i++) {
         int slot = (int[]){0, 4, 1, 5, 2, 6, 3, 7}[i];
         uint32_t nib = (w[0] >> (4 * slot)) & 0xF;
@@ -86,7 +86,7 @@ START_TEST(test_quantize_rules) {
     for (size_t fi = 0; fi < 4; fi++) {
         float s[N * GN];
         uint8_t z[N * GN];
-        synth_quantize(fs[fi], w, N, K, q, s, z);
+        epyq_synth_quantize(fs[fi], w, N, K, q, s, z);
         for (int r = 0; r < N; r++)
             for (int g = 0; g < GN; g++) {
                 uint8_t zr;
@@ -104,7 +104,7 @@ START_TEST(test_quantize_rules) {
             }
     }
     /* GPTQ quirk (§2): a group without negatives keeps xmin = 0, so s = max/15 and codes clip at 15 */
-    synth_quantize(EPYQ_SYNTH_GPTQ, w, N, K, q, (float[N * GN]){0}, (uint8_t[N * GN]){0});
+    epyq_synth_quantize(EPYQ_SYNTH_GPTQ, w, N, K, q, (float[N * GN]){0}, (uint8_t[N * GN]){0});
     int clipped = 0;
     for (int i = 0; i < 128; i++) clipped += q[3 * K + 128 + i] == 15;
     ck_assert_int_gt(clipped, 32);
@@ -126,7 +126,7 @@ START_TEST(test_simd_matches_scalar) {
     static float a[N], b[N];
     static const uint64_t starts[] = {0, 1, 7, 12345, 0xFFFFFFF0ull, 0x1000000003ull};
     for (size_t t = 0; t < sizeof starts / sizeof starts[0]; t++) {
-        uint64_t key = synth_key(t, "model.language_model.layers.0.mlp.experts.0.up_proj.weight");
+        uint64_t key = epyq_synth_key(t, "model.language_model.layers.0.mlp.experts.0.up_proj.weight");
         for (int i = 0; i < N; i++) a[i] = b[i] = NAN;
         simd->fill_normal(key, 0.5f, 0.37f, starts[t], N - 3, a);
         ref->fill_normal(key, 0.5f, 0.37f, starts[t], N - 3, b);
@@ -171,7 +171,7 @@ static void expect(const synth_plan *p, const char *name, const char *dtype, int
                    int64_t c) {
     const synth_tensor *t = find(p, name);
     ck_assert_msg(t != NULL, "missing %s", name);
-    ck_assert_str_eq(synth_dtype_name(t->dtype), dtype);
+    ck_assert_str_eq(epyq_synth_dtype_name(t->dtype), dtype);
     ck_assert_int_eq(t->ndim, nd);
     int64_t sh[3] = {a, b, c};
     for (int i = 0; i < nd; i++) ck_assert_msg(t->shape[i] == sh[i], "%s dim %d: %lld", name, i, (long long)t->shape[i]);
@@ -187,7 +187,7 @@ START_TEST(test_plan_35b) {
     ck_assert_int_eq(d.special_base, 248044);
     synth_plan p;
     /* compressed-tensors (§5.4) */
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_CT, false, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_CT, false, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.255.gate_proj.weight_packed", "I32", 2, 512, 256, 0);
     expect(&p, L0 "mlp.experts.255.gate_proj.weight_scale", "BF16", 2, 512, 16, 0);
     expect(&p, L0 "mlp.experts.7.down_proj.weight_packed", "I32", 2, 2048, 64, 0);
@@ -221,14 +221,14 @@ START_TEST(test_plan_35b) {
         sum += p.shard_bytes[s];
     }
     ck_assert_uint_eq(sum, p.total);
-    /* ~19.4 GB of text model (4.125-bit linears, BF16 embeddings/lm_head: model.md §8.2) plus the
-     * 1.69 GB BF16 MTP layer the compressed-tensors release copies over */
+    /* ~19.4 GB of text model (4.125-bit linears, BF16 embeddings/lm_head: docs/architecture.md
+     * §7.2) plus the 1.69 GB BF16 MTP layer the compressed-tensors release copies over */
     ck_assert_uint_gt(p.total, 20500000000ull);
     ck_assert_uint_lt(p.total, 21500000000ull);
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
 
     /* GPTQ (§4.8): only routed experts */
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_GPTQ, false, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_GPTQ, false, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.0.gate_proj.qweight", "I32", 2, 256, 512, 0);
     expect(&p, L0 "mlp.experts.0.gate_proj.qzeros", "I32", 2, 16, 64, 0);
     expect(&p, L0 "mlp.experts.0.gate_proj.scales", "F16", 2, 16, 512, 0);
@@ -238,10 +238,10 @@ START_TEST(test_plan_35b) {
     expect(&p, L0 "linear_attn.in_proj_qkv.weight", "BF16", 2, 8192, 2048, 0);
     expect(&p, "mtp.layers.0.mlp.experts.255.down_proj.weight", "BF16", 2, 2048, 512, 0);
     ck_assert_int_eq(p.n_modules, 40 * 256 * 3);
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
 
     /* Quark (§6.4) */
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_QUARK, false, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_QUARK, false, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.0.gate_proj.weight", "I32", 2, 2048, 64, 0);
     expect(&p, L0 "mlp.experts.0.down_proj.weight_scale", "BF16", 2, 4, 2048, 0);
     expect(&p, L0 "mlp.experts.0.down_proj.weight_zero_point", "I32", 2, 4, 256, 0);
@@ -249,36 +249,36 @@ START_TEST(test_plan_35b) {
     expect(&p, L0 "linear_attn.in_proj_a.weight_scale", "BF16", 2, 16, 32, 0);
     expect(&p, L3 "self_attn.o_proj.weight", "I32", 2, 4096, 256, 0);
     expect(&p, L0 "mlp.shared_expert.up_proj.weight", "BF16", 2, 512, 2048, 0);
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
 
     /* AWQ (§7): [K][N/8] along N, F16 scales [Gn][N] */
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_AWQ, false, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_AWQ, false, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.0.up_proj.qweight", "I32", 2, 2048, 64, 0);
     expect(&p, L0 "mlp.experts.0.up_proj.qzeros", "I32", 2, 16, 64, 0);
     expect(&p, L0 "mlp.experts.0.up_proj.scales", "F16", 2, 16, 512, 0);
     expect(&p, L0 "linear_attn.in_proj_b.weight", "BF16", 2, 32, 2048, 0);
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
 
-    /* BF16 release, fused (model.md §4.5) and per-expert with F32 A_log/norm */
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, true, &err), EPYQ_OK);
+    /* BF16 release, fused (docs/architecture.md §3.2) and per-expert with F32 A_log/norm */
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, true, &err), EPYQ_OK);
     expect(&p, L0 "mlp.experts.gate_up_proj", "BF16", 3, 256, 1024, 2048);
     expect(&p, L0 "mlp.experts.down_proj", "BF16", 3, 256, 2048, 512);
     expect(&p, L0 "linear_attn.norm.weight", "BF16", 1, 128, 0, 0);
-    /* 35 951 822 704 params (model.md §8.1) less the 446 571 248 of the vision tower */
+    /* 35 951 822 704 params (docs/architecture.md §7.1) less the 446 571 248 of the vision tower */
     ck_assert_uint_eq(p.total, 2ull * (35951822704ull - 446571248ull));
-    synth_plan_free(&p);
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, false, &err), EPYQ_OK);
+    epyq_synth_plan_free(&p);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, false, &err), EPYQ_OK);
     expect(&p, L0 "linear_attn.A_log", "F32", 1, 32, 0, 0);
     expect(&p, L0 "linear_attn.norm.weight", "F32", 1, 128, 0, 0);
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
 
     /* overrides keep every 4th layer full attention */
     ck_assert_int_eq(epyq_synth_dims_init(&d, "35b-a3b", 6, 32, 0, &err), EPYQ_OK);
-    ck_assert_int_eq(synth_plan_build(&p, &d, EPYQ_SYNTH_CT, false, &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_CT, false, &err), EPYQ_OK);
     ck_assert_int_eq(p.n_modules, 6 * 32 * 3 + 6 * 3 + 5 * 5 + 1 * 4);
     ck_assert_ptr_nonnull(find(&p, "model.language_model.layers.3.self_attn.q_proj.weight_packed"));
     ck_assert_ptr_nonnull(find(&p, "model.language_model.layers.5.linear_attn.A_log"));
-    synth_plan_free(&p);
+    epyq_synth_plan_free(&p);
     ck_assert_int_ne(epyq_synth_dims_init(&d, "huge", 0, 0, 0, &err), EPYQ_OK);
     ck_assert_int_ne(epyq_synth_dims_init(&d, "tiny", 0, 4, 0, &err), EPYQ_OK); /* fewer than top-k */
 }
@@ -422,7 +422,7 @@ START_TEST(test_tokenizer_35b) {
     epyq_synth_dims d;
     ck_assert_int_eq(epyq_synth_dims_init(&d, "35b-a3b", 0, 0, 0, NULL), EPYQ_OK);
     epyq_err err = {0};
-    ck_assert_msg(synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
     check_tokenizer(dir, 248044, 248320);
     rm_dir(dir);
 }

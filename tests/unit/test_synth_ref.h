@@ -1,4 +1,4 @@
-/* tests/unit/test_synth_ref.h — each tool's int4 round-to-nearest rule (quant-formats.md §2),
+/* tests/unit/test_synth_ref.h — each tool's int4 round-to-nearest rule (docs/quant-formats.md §2),
  * transcribed directly from the table in float math as the tools compute it: the independent
  * reference the synth tests compare the generator's codes and scales with. Header-only. */
 #ifndef EPYQ_TEST_SYNTH_REF_H

@@ -34,7 +34,7 @@ static char *synth(epyq_synth_format f, bool fused, epyq_synth_dims *d) {
     return dir;
 }
 
-/* Which linears each real writer stores as int4 (quant-formats.md §4.7, §5.5, §6.5; AWQ: all
+/* Which linears each real writer stores as int4 (docs/quant-formats.md §4.5, §5.3, §6.3; AWQ: all
  * but the narrow in_proj_a/b, routers, gates, lm_head; MTP never). */
 static bool expect_q4(epyq_synth_format f, epyq_module_kind k, const char *module, bool mtp) {
     if (f == EPYQ_SYNTH_BF16 || mtp) return false;

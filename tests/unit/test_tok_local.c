@@ -243,12 +243,12 @@ START_TEST(utf8_lossy_rules) {
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         epyq_sbuf b = {0};
-        ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)c[i].in, c[i].n, true, &b), c[i].n);
+        ck_assert_uint_eq(epyq_tok_utf8_lossy((const uint8_t *)c[i].in, c[i].n, true, &b), c[i].n);
         ck_assert_msg(b.p && !strcmp(b.p, c[i].out), "case %zu", i);
         epyq_sbuf_free(&b);
     }
     epyq_sbuf b = {0};
-    ck_assert_uint_eq(tok_utf8_lossy((const uint8_t *)"ab\xF0\x9F\x98", 5, false, &b), 2);
+    ck_assert_uint_eq(epyq_tok_utf8_lossy((const uint8_t *)"ab\xF0\x9F\x98", 5, false, &b), 2);
     ck_assert_str_eq(b.p, "ab");
     epyq_sbuf_free(&b);
 }
@@ -271,7 +271,7 @@ START_TEST(scan_and_heap_agree) {
             char ch = alphabet[x % (sizeof alphabet - 1)];
             a[i] = b[i] = g_tiny->byte_id[(uint8_t)ch];
         }
-        size_t na = tok_bpe_merge(&g_tiny->merges, a, n, 1), nb = tok_bpe_merge(&g_tiny->merges, b, n, 2);
+        size_t na = epyq_tok_bpe_merge(&g_tiny->merges, a, n, 1), nb = epyq_tok_bpe_merge(&g_tiny->merges, b, n, 2);
         ck_assert_uint_eq(na, nb);
         ck_assert(!memcmp(a, b, na * sizeof *a));
     }
@@ -301,7 +301,7 @@ START_TEST(nfc_segments_match_whole_text) {
         }
         bool changed;
         epyq_err err;
-        ck_assert(tok_nfc((const uint8_t *)in.p, in.len, &out, &changed, &err) == EPYQ_OK);
+        ck_assert(epyq_tok_nfc((const uint8_t *)in.p, in.len, &out, &changed, &err) == EPYQ_OK);
         utf8proc_uint8_t *whole = NULL;
         utf8proc_ssize_t r = in.len ? utf8proc_map((const utf8proc_uint8_t *)in.p, (utf8proc_ssize_t)in.len, &whole,
                                                    UTF8PROC_STABLE | UTF8PROC_COMPOSE)
@@ -316,9 +316,9 @@ START_TEST(nfc_segments_match_whole_text) {
 }
 END_TEST
 
-/* Pieces of the split regex, as Oniguruma cuts them (tokenizer.md §2.3): \s is exactly
- * White_Space, so U+180E (a format character since Unicode 6.3; PCRE2's own \s still takes it)
- * and U+001C..U+001F are symbols here, not spaces. */
+/* Pieces of the split regex, as Oniguruma cuts them (src/tok/README.md, "Unicode-version
+ * differences" item 2): \s is exactly White_Space, so U+180E (a format character since Unicode 6.3;
+ * PCRE2's own \s still takes it) and U+001C..U+001F are symbols here, not spaces. */
 static void expect_pieces(const char *text, const char *const *want, size_t nw) {
     tok_split_state st = {0};
     const uint8_t *s = (const uint8_t *)text;
@@ -327,7 +327,7 @@ static void expect_pieces(const char *text, const char *const *want, size_t nw) 
     while (pos < n) {
         size_t ms, me;
         bool found;
-        ck_assert(tok_split_find(g_tiny, &st, s, n, pos, &ms, &me, &found, &err) == EPYQ_OK);
+        ck_assert(epyq_tok_split_find(g_tiny, &st, s, n, pos, &ms, &me, &found, &err) == EPYQ_OK);
         ck_assert(found && ms == pos);
         ck_assert_msg(k < nw && me - ms == strlen(want[k]) && !memcmp(s + ms, want[k], me - ms), "\"%s\": piece %zu is \"%.*s\"",
                       text, k, (int)(me - ms), text + ms);
@@ -335,7 +335,7 @@ static void expect_pieces(const char *text, const char *const *want, size_t nw) 
         pos = me;
     }
     ck_assert_uint_eq(k, nw);
-    tok_split_state_free(&st);
+    epyq_tok_split_state_free(&st);
 }
 
 START_TEST(split_pieces) {
@@ -360,7 +360,7 @@ START_TEST(synth_tokenizer) {
     epyq_err err;
     ck_assert_msg(epyq_synth_dims_init(&d, "tiny", 0, 0, 0, &err) == EPYQ_OK, "%s", err.msg);
     char *dir = epyq_test_tmpdir();
-    ck_assert_msg(synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_synth_write_tokenizer(dir, &d, NULL, &err) == EPYQ_OK, "%s", err.msg);
     epyq_tok *t, *tc;
     ck_assert_msg(epyq_tok_load(&t, dir, &err) == EPYQ_OK, "%s", err.msg);
     epyq_tok_opts o = epyq_tok_opts_default();
@@ -414,7 +414,7 @@ START_TEST(synth_tokenizer) {
             x ^= x << 17;
             a[i] = b[i] = t->byte_id[(uint8_t)alphabet[x % (sizeof alphabet - 1)]];
         }
-        size_t na = tok_bpe_merge(&t->merges, a, n, 1), nb = tok_bpe_merge(&t->merges, b, n, 2);
+        size_t na = epyq_tok_bpe_merge(&t->merges, a, n, 1), nb = epyq_tok_bpe_merge(&t->merges, b, n, 2);
         ck_assert(na == nb && !memcmp(a, b, na * sizeof *a));
     }
     epyq_tok_free(t);
