@@ -13,6 +13,7 @@
 
 #include "core/util.h"
 #include "load/weights.h"
+#include "model/model.h"
 #include "numa/plan.h"
 #include "tools/cmd.h"
 
@@ -141,6 +142,24 @@ static void print_sizes(const epyq_weights *w, const epyq_weights_stats *s) {
            (double)s->token_bytes / 1e9, (unsigned long long)s->token_params, 2.0 * (double)s->token_params / 1e9);
     printf("  docs/architecture.md §7.2, real 35B-A3B: 2 946 431 616 parameters; BF16 5.89 GB, W4A16 g128 2.31 GB\n"
            "                 (lm_head BF16) or 1.56 GB (lm_head int4)\n");
+    /* what --requant would make of it (at load, never on disk) */
+    int32_t gs = epyq_requant_group(w);
+    const epyq_linear *lh = &w->lm_head;
+    uint64_t head = s->kind[EPYQ_MK_LM_HEAD].dense_bytes;
+    if (gs > 0 && head && lh->kind != EPYQ_LIN_Q4) {
+        uint64_t h8 = epyq_requant_bytes(lh->n_out, lh->n_in, gs, EPYQ_REQUANT_INT8);
+        uint64_t h4 = epyq_requant_bytes(lh->n_out, lh->n_in, gs, EPYQ_REQUANT_INT4);
+        /* dense=: the 16-bit attention, DeltaNet and shared-expert linears, at the int8 planes'
+         * bytes per element (the b/a gates stay 16-bit: a few KiB) */
+        uint64_t dense = s->kind[EPYQ_MK_GDN].dense_bytes + s->kind[EPYQ_MK_ATTN].dense_bytes +
+                         s->kind[EPYQ_MK_SHARED].dense_bytes;
+        double per8 = (double)epyq_requant_bytes(16, gs, gs, EPYQ_REQUANT_INT8) / (16.0 * gs * 2.0);
+        double base = (double)s->token_bytes;
+        printf("  --requant    : lm_head=int8 %.3f GB, lm_head=int4 %.3f GB per token (group %d)", (base - head + h8) / 1e9,
+               (base - head + h4) / 1e9, (int)gs);
+        if (dense) printf("; + dense=int8 %.3f GB", (base - head + h8 - (double)dense * (1.0 - per8)) / 1e9);
+        printf("\n");
+    }
     printf("\nmemory       : weights %s resident (int4 in the kernels' packed layout), other tensors %s\n",
            human(s->resident_bytes, b1, sizeof b1), human(s->other_bytes, b2, sizeof b2));
     printf("               per sequence: KV %s per token of context (bf16), DeltaNet state %s\n",

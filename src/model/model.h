@@ -35,6 +35,11 @@ const char *epyq_requant_name(epyq_requant r); /* "bf16" (none), "int8", "int4" 
  * *dense (each left unchanged when the spec does not name it). */
 epyq_status epyq_requant_parse(const char *spec, epyq_requant *lm_head, epyq_requant *dense,
                                epyq_err *err);
+/* The group size requantised linears use: the checkpoint's int4 group size, else the largest
+ * of 128/64/32 dividing every input width; 0 when none does. */
+int32_t epyq_requant_group(const epyq_weights *w);
+/* Bytes a [n][k] linear requantised to `kind` with group gs streams per pass (0: cannot). */
+uint64_t epyq_requant_bytes(int64_t n, int64_t k, int32_t gs, epyq_requant kind);
 
 typedef struct {
     /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value; int16

@@ -151,9 +151,7 @@ epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows
 /* ---- requant.c: a 16-bit linear requantised at load to `kind` with group size gs */
 epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *src,
                               epyq_requant kind, int32_t gs, epyq_err *err);
-/* The group size requantised linears use: the checkpoint's int4 group size, else the largest
- * of 128/64/32 dividing every input width; 0 when none does. */
-int32_t epyq_requant_group(const epyq_weights *w);
+
 uint64_t epyq_rlin_bytes(const epyq_rlin *l);
 void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
 
