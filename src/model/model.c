@@ -31,9 +31,15 @@ static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w 
                                epyq_err *err) {
     /* NUMA mode: int4 experts past 0 are packed on their nodes (numa_moe.c) */
     if (e > 0 && m->numa_experts && mr->gate[0].q4) return EPYQ_OK;
-    TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
-    TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
-    TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
+    if (m->rq_experts != EPYQ_REQUANT_NONE && mw->gate[e].kind != EPYQ_LIN_Q4) {
+        TRY(epyq_rlin_requant(m, &mr->gate[e], &mw->gate[e], m->rq_experts, m->rq_gs, err));
+        TRY(epyq_rlin_requant(m, &mr->up[e], &mw->up[e], m->rq_experts, m->rq_gs, err));
+        TRY(epyq_rlin_requant(m, &mr->down[e], &mw->down[e], m->rq_experts, m->rq_gs, err));
+    } else {
+        TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
+        TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
+        TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
+    }
     /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
     const epyq_rlin *g = &mr->gate[e], *u = &mr->up[e], *d = &mr->down[e];
     if (g->q4 != u->q4 || g->q4 != d->q4 || g->n != u->n || d->k != g->n || g->q4 != mr->gate[0].q4)
@@ -224,14 +230,29 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
         else if (m->rq_gs > 0)
             TRY(epyq_rlin_requant(m, &m->draft_head, &w->lm_head, o->draft_head, m->rq_gs, err));
     }
+    /* Drafting through a draft head: the MTP layer is only ever used for drafts then, so its
+     * 16-bit linears (the original releases keep it BF16: 1.6 GB, ~130 MB read per draft row)
+     * become int4 too; verification stays exact. Not with NUMA-placed experts (numa_moe.c
+     * packs routed experts from the checkpoint as they are). */
+    bool mtp_rq = m->has_mtp && m->draft_head.n && m->rq_gs > 0 && !m->numa_experts;
+    epyq_requant trunk_dense = m->rq_dense;
+    if (mtp_rq) {
+        m->rq_dense = m->rq_experts = EPYQ_REQUANT_INT4;
+        if (!m->gs) m->gs = m->rq_gs;
+    }
     if (m->has_mtp) {
-        TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
+        if (mtp_rq && w->mtp.fc.kind != EPYQ_LIN_Q4)
+            TRY(epyq_rlin_requant(m, &m->mtp_fc, &w->mtp.fc, EPYQ_REQUANT_INT4, m->rq_gs, err));
+        else
+            TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
         TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->H, err));
         TRY(load_vec(&m->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)m->H, err));
         TRY(load_vec(&m->mtp_norm, w->mtp.norm, (size_t)m->H, err));
         if (!w->mtp.layer.full_attn)
             return epyq_err_set(err, EPYQ_E_SHAPE, "mtp.layers.0: expected a full-attention layer");
-        TRY(load_layer(m, &m->mtp, &w->mtp.layer, err));
+        epyq_status st = load_layer(m, &m->mtp, &w->mtp.layer, err);
+        m->rq_dense = trunk_dense, m->rq_experts = EPYQ_REQUANT_NONE;
+        TRY(st);
         m->mtp.slot = m->n_attn;
     }
     if (o->progress) o->progress(o->progress_ctx, m->L + 1, m->L + 1);

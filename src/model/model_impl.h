@@ -65,6 +65,8 @@ struct epyq_model {
     epyq_requant rq_lm_head, rq_dense; /* --requant lm_head=, dense= (requant.c) */
     uint64_t fwd_bytes;         /* routed-expert weight bytes streamed since the last forward began */
     int32_t rq_gs;              /* group size of requantised linears */
+    epyq_requant rq_experts;    /* while loading a layer: its 16-bit routed experts requantised
+                                   (the MTP layer's, when drafts read a draft copy) */
     /* dimensions */
     int32_t H, V, L, n_attn, n_gdn;
     int32_t nq, nkv, hd, rd;
