@@ -199,6 +199,7 @@ int epyq_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "{\"event\":\"stopping\",\"signal\":\"%s\",\"grace_s\":%g}\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.grace);
         epyq_server_stop_admitting(srv);
         int32_t n_cancel = epyq_runner_drain(run, o.grace);
+        epyq_server_wait_sent(srv, 5.0); /* bounded: a client that stopped reading cannot hold us */
         epyq_server_free(srv); /* every connection thread ends; streams have sent their last bytes */
         srv = NULL;
         fprintf(stderr, "{\"event\":\"stopped\",\"cancelled\":%d,\"seconds\":%.3f}\n", n_cancel, epyq_now() - t0);

@@ -38,6 +38,7 @@ struct epyq_server {
     double t_start;
     uint64_t req_count[EP_N][N_STATUS];
     uint64_t cancelled, streams_open;
+    int64_t inflight; /* generation requests from submit until libmicrohttpd is done with them */
 };
 
 /* One HTTP request. Shared by the connection thread, the engine thread (until on_done) and
@@ -317,6 +318,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
     p.n_stop = q->req.n_stop;
     p.logprobs = q->req.logprobs;
     p.prompt_logprobs = !chat && q->req.echo && q->req.logprobs >= 0;
+    p.ignore_eos = q->req.ignore_eos;
     st = epyq_serve_out_init(&q->out, chat, q->req.stream, s->cfg.model_name, s->tok, q->req.tools, q->req.logprobs,
                              chat && epyq_chat_prompt_opens_think(q->prompt_text, strlen(q->prompt_text)), &err);
     q->have_out = true;
@@ -346,6 +348,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
         return fail(c, q, 503, "server_error", NULL, "shutting_down", "the server is shutting down and takes no new requests");
     }
     q->submitted = true;
+    __atomic_add_fetch(&s->inflight, 1, __ATOMIC_RELAXED);
     if (q->req.stream) {
         epyq_serve_out_start(&q->out, &q->sse, &err);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, q, stream_free);
@@ -529,6 +532,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
             if (unfinished) __atomic_add_fetch(&s->cancelled, 1, __ATOMIC_RELAXED);
             epyq_runner_cancel(s->runner, q->ticket);
         }
+        __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELAXED);
     }
     sreq_unref(q);
 }
@@ -571,6 +575,14 @@ epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq
 int epyq_server_port(const epyq_server *s) { return s->port; }
 
 void epyq_server_stop_admitting(epyq_server *s) { __atomic_store_n(&s->stopping, 1, __ATOMIC_RELAXED); }
+
+bool epyq_server_wait_sent(epyq_server *s, double seconds) {
+    for (double t = 0; __atomic_load_n(&s->inflight, __ATOMIC_RELAXED) > 0; t += 0.01) {
+        if (t >= seconds) return false;
+        nanosleep(&(struct timespec){0, 10000000L}, NULL);
+    }
+    return true;
+}
 
 void epyq_server_free(epyq_server *s) {
     if (!s) return;

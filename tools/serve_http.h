@@ -12,6 +12,7 @@
 #ifndef EPYQ_TOOLS_SERVE_HTTP_H
 #define EPYQ_TOOLS_SERVE_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,9 @@ epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq
 int epyq_server_port(const epyq_server *s);
 /* New generation requests get 503 from now on (SIGTERM); in-flight ones go on. */
 void epyq_server_stop_admitting(epyq_server *s);
+/* After the runner drained: wait up to `seconds` until every answer has been sent (the last
+ * chunks of a stream leave after its request finished in the engine). False on timeout. */
+bool epyq_server_wait_sent(epyq_server *s, double seconds);
 /* Stops the daemon (every connection thread ends) and frees. Drain the runner first. */
 void epyq_server_free(epyq_server *s);
 

@@ -264,6 +264,7 @@ bool epyq_serve_req_parse(epyq_serve_req *r, bool chat, const char *body, size_t
     }
     if (!check_refused(j, chat, e)) goto out;
     if (!boolean(j, "stream", &r->stream, e)) goto out;
+    if (!boolean(j, "ignore_eos", &r->ignore_eos, e)) goto out;
     const cJSON *so = get(j, "stream_options");
     if (so && !boolean(so, "include_usage", &r->include_usage, e)) {
         snprintf(e->param, sizeof e->param, "stream_options.include_usage");

@@ -37,6 +37,7 @@ typedef struct {
     int32_t *prompt_ids;     /* completions: token ids */
     size_t n_prompt_ids;
     bool echo;               /* completions: prepend the prompt */
+    bool ignore_eos;         /* vLLM's extension: generate max_tokens whatever the model says */
     int64_t max_tokens;      /* -1: up to the context limit */
     epyq_sample_overrides so;
     double frequency_penalty;

@@ -20,7 +20,7 @@ typedef struct {
     size_t n_ids, fed;
     int32_t max_new, n_gen, last_tok;
     int32_t logprobs;
-    bool prompt_lp, done;
+    bool prompt_lp, ignore_eos, done;
     epyq_seq *seq;
     epyq_sampler *smp;
     epyq_tok_stream *ts;
@@ -121,6 +121,7 @@ epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
     r->cb = *cb;
     r->logprobs = p->logprobs;
     r->prompt_lp = p->prompt_logprobs;
+    r->ignore_eos = p->ignore_eos;
     r->max_new = p->max_tokens;
     if ((int64_t)n_ids + r->max_new > e->o.ctx_limit) r->max_new = e->o.ctx_limit - (int32_t)n_ids;
     for (int32_t i = 0; i < p->n_stop; i++) {
@@ -231,7 +232,7 @@ static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *
     epyq_sampler_accept(r->smp, tok, true);
     r->n_gen++;
     e->st.gen_tokens++;
-    if (epyq_is_eos(e->cfg, tok)) {
+    if (!r->ignore_eos && epyq_is_eos(e->cfg, tok)) {
         if (lpp) emit(r, false, tok, "", 0, lpp);
         finish(e, r, EPYQ_ENGINE_STOP, true, NULL);
         return EPYQ_OK;

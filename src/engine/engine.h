@@ -86,6 +86,7 @@ typedef struct {
     int32_t n_stop;
     int32_t logprobs;                    /* < 0: none; else this many alternatives (<= 20) */
     bool prompt_logprobs;                /* logprobs of the prompt tokens too (echo) */
+    bool ignore_eos;                     /* go on past eos ids (benchmarks: fixed lengths) */
 } epyq_engine_params;
 
 typedef struct epyq_engine epyq_engine;
