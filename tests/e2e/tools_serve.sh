@@ -54,6 +54,14 @@ curl -sN -m 60 "$URL/v1/completions" -d '{"prompt":"Once upon a time","max_token
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":6,"temperature":0}' >/dev/null
 [ "$(cat "$T/cs")" = "$(jq -r '.choices[0].text' "$T/body")" ] && ok "completions stream = non-stream" || fail "completions stream text"
 
+# Tools reach the template (the prompt grows by their description); thinking can be switched off.
+post /v1/chat/completions "{$HI,\"max_tokens\":2}" >/dev/null
+n0=$(jq .usage.prompt_tokens "$T/body")
+s=$(post /v1/chat/completions "{$HI,\"max_tokens\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],\"tool_choice\":\"auto\"}")
+[ "$s" = 200 ] && [ "$(jq .usage.prompt_tokens "$T/body")" -gt $((n0 + 20)) ] && ok "tools rendered into the prompt" || fail "tools: HTTP $s"
+post /v1/chat/completions "{$HI,\"max_tokens\":2,\"chat_template_kwargs\":{\"enable_thinking\":false}}" >/dev/null
+[ "$(jq .usage.prompt_tokens "$T/body")" -gt "$n0" ] && ok "enable_thinking false (closed think block in the prompt)" || fail "enable_thinking"
+
 # Stop strings: cut at the first occurrence, finish_reason stop, the string itself dropped.
 post /v1/completions '{"prompt":"Story:","max_tokens":40,"temperature":0}' >/dev/null
 full=$(jq -r '.choices[0].text' "$T/body")
