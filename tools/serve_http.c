@@ -395,16 +395,26 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
 
 /* ---- the other endpoints ---------------------------------------------------------------- */
 
-static enum MHD_Result models(struct MHD_Connection *c, sreq *q) {
+/* GET /v1/models (the list) or /v1/models/{id} (one model object). */
+static enum MHD_Result models(struct MHD_Connection *c, sreq *q, const char *url) {
     char *b = NULL;
-    cJSON *r = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(r, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "object", "list");
+    const char *id = url[strlen("/v1/models")] == '/' ? url + strlen("/v1/models/") : NULL;
+    if (id && strcmp(id, q->s->cfg.model_name) != 0) {
+        char m[400];
+        snprintf(m, sizeof m, "the model '%.200s' does not exist; this server serves '%.127s'", id, q->s->cfg.model_name);
+        return fail(c, q, 404, "invalid_request_error", "model", "model_not_found", m);
+    }
+    cJSON *m = cJSON_CreateObject(), *r = m;
     cJSON_AddStringToObject(m, "id", q->s->cfg.model_name);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)(long long)q->s->t_start);
     cJSON_AddStringToObject(m, "owned_by", "epyq");
     cJSON_AddNumberToObject(m, "max_model_len", q->s->cfg.ctx_limit);
-    cJSON_AddItemToArray(data, m);
+    if (!id) {
+        r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "object", "list");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(r, "data"), m);
+    }
     b = cJSON_PrintUnformatted(r);
     cJSON_Delete(r);
     enum MHD_Result ret = send_json(c, q, 200, b ? b : "{}");
@@ -443,13 +453,18 @@ static enum MHD_Result metrics(struct MHD_Connection *c, sreq *q) {
                      "# HELP epyq_kv_bytes_in_use Bytes of KV cache and recurrent state the running sequences hold.\n"
                      "# TYPE epyq_kv_bytes_in_use gauge\nepyq_kv_bytes_in_use %llu\n"
                      "# HELP epyq_forward_steps_total Batched forward calls.\n"
-                     "# TYPE epyq_forward_steps_total counter\nepyq_forward_steps_total %llu\n",
+                     "# TYPE epyq_forward_steps_total counter\nepyq_forward_steps_total %llu\n"
+                     "# HELP epyq_forward_seconds_total Seconds inside the batched forward calls.\n"
+                     "# TYPE epyq_forward_seconds_total counter\nepyq_forward_seconds_total %.6f\n"
+                     "# HELP epyq_engine_busy_seconds_total Engine-thread seconds admitting, cancelling, stepping (forward included).\n"
+                     "# TYPE epyq_engine_busy_seconds_total counter\nepyq_engine_busy_seconds_total %.6f\n",
                      (unsigned long long)__atomic_load_n(&s->cancelled, __ATOMIC_RELAXED),
                      (unsigned long long)rs.eng.prompt_tokens, (unsigned long long)rs.eng.gen_tokens, rs.queued, rs.running,
                      (unsigned long long)__atomic_load_n(&s->streams_open, __ATOMIC_RELAXED),
                      rs.eng.prompt_s > 0 ? (double)rs.eng.prompt_tokens / rs.eng.prompt_s : 0.0,
                      rs.eng.decode_s > 0 ? (double)rs.eng.gen_tokens / rs.eng.decode_s : 0.0,
-                     (unsigned long long)rs.eng.kv_bytes, (unsigned long long)rs.eng.steps);
+                     (unsigned long long)rs.eng.kv_bytes, (unsigned long long)rs.eng.steps,
+                     rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s);
     enum MHD_Result r = b.p ? send_text(c, q, 200, "text/plain; version=0.0.4", b.p, NULL) : MHD_NO;
     epyq_sbuf_free(&b);
     return r;
@@ -465,6 +480,7 @@ static int endpoint_of(const char *url) {
     for (int e = 0; e < EP_OTHER; e++)
         if (!strcmp(url, ep_names[e])) return e;
     if (!strcmp(url, "/v1/health")) return EP_HEALTH;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) return EP_MODELS;
     return EP_OTHER;
 }
 
@@ -513,7 +529,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (q->ep == EP_METRICS) return metrics(c, q);
     if (!authorised(s, c))
         return fail(c, q, 401, "authentication_error", NULL, "invalid_api_key", "a valid API key is required: Authorization: Bearer <key>");
-    if (q->ep == EP_MODELS) return models(c, q);
+    if (q->ep == EP_MODELS) return models(c, q, url);
     return generate(c, q);
 }
 

@@ -1,6 +1,8 @@
 /* src/engine/runner.c — see runner.h. */
 #include "engine/runner.h"
 
+#include "core/util.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -110,6 +112,7 @@ static void *thread_main(void *arg) {
             pthread_cond_wait(&r->wake, &r->mu);
             continue;
         }
+        double t_busy = epyq_now();
         /* admitted requests join the running list before the lock is dropped, so a cancel
          * always finds a request in one of the two lists */
         for (rjob *j = admit; j; j = j->anext) j->next = r->running, r->running = j, r->n_running++;
@@ -147,6 +150,7 @@ static void *thread_main(void *arg) {
         epyq_err err = {0};
         epyq_engine_step(r->eng, &err); /* a failure ends the requests it carried (on_done) */
         pthread_mutex_lock(&r->mu);
+        r->st.busy_s += epyq_now() - t_busy;
         epyq_engine_get_stats(r->eng, &r->st.eng);
         r->st.queued = r->n_queued, r->st.running = r->n_running;
     }
@@ -169,6 +173,7 @@ epyq_status epyq_runner_create(epyq_runner **out, epyq_engine *eng, int32_t max_
         epyq_runner_free(r);
         return epyq_err_set(err, EPYQ_E_NOMEM, "runner: cannot start the engine thread");
     }
+    pthread_setname_np(r->th, "epyq_engine"); /* top -H, /proc/PID/task/TID/comm */
     r->started = true;
     *out = r;
     return EPYQ_OK;

@@ -44,6 +44,7 @@ int32_t epyq_runner_drain(epyq_runner *r, double grace_s);
 
 typedef struct {
     int32_t queued, running;
+    double busy_s;            /* engine thread: seconds spent admitting, cancelling and stepping */
     epyq_engine_stats eng;    /* as of the last step */
 } epyq_runner_stats;
 void epyq_runner_get_stats(epyq_runner *r, epyq_runner_stats *st);

@@ -20,6 +20,8 @@ HI='"messages":[{"role":"user","content":"Hi there"}]'
 [ "$(curl -s -m 10 "$URL/health" | jq -r .status)" = ok ] && ok "health" || fail "health"
 curl -s -m 10 "$URL/v1/models" | jq -e '.object == "list" and .data[0].id == "tiny" and .data[0].object == "model"' >/dev/null \
     && ok "models list names the folder" || fail "models list"
+[ "$(curl -s -m 10 "$URL/v1/models/tiny" | jq -r .id)" = tiny ] && ok "models/{id}" || fail "models/{id}"
+[ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$URL/v1/models/other")" = 404 ] && ok "models/{unknown}: 404" || fail "models/{unknown}"
 
 # Non-streaming vs streaming: the same text at temperature 0, and at a fixed seed.
 for mode in '"temperature":0' '"temperature":0.9,"seed":42'; do
