@@ -3,7 +3,11 @@
 # by `epyq batch --max-batch N` and by `epyq serve --parallel N` as N concurrent SSE streams
 # (curl), alternating R times. Tokens/s = completion tokens / seconds from the first request to
 # the last token, model load excluded (batch: its own final progress line; serve: wall time of
-# the curls). Both include the prompts' prefill. Prints each run and the medians.
+# the curls). Both include the prompts' prefill. Prints each run and the medians. On a busy
+# shared host single runs scatter far more than 3%, so each serve run also reports what it
+# spent outside the model, measured inside the process over the generation: CPU seconds of
+# every thread but the engine and pool threads (HTTP, JSON, parsing; /proc ticks), and the
+# engine thread's busy time outside forward calls (/metrics), both as % of the model's CPU.
 #   sh benchmarks/serve_overhead.sh -m DIR [-n 8] [-g 64] [-r 3] [-t 2]
 set -u
 EPYQ=${EPYQ_BIN:-$PWD/epyq}
@@ -40,6 +44,7 @@ serve_run() {
     SPID=$!
     while ! grep -q '"event":"listening"' "$T/serve.err"; do sleep 0.1; done
     port=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$T/serve.err")
+    cpu0=$(proc_cpu) mcpu0=$(model_cpu)
     t0=$(now)
     i=0 pids=
     while [ $i -lt "$N" ]; do
@@ -50,6 +55,10 @@ serve_run() {
     done
     for p in $pids; do wait "$p"; done
     t1=$(now)
+    cpu1=$(proc_cpu) mcpu1=$(model_cpu)
+    curl -s "http://127.0.0.1:$port/metrics" >"$T/metrics"
+    fw=$(sed -n 's/^epyq_forward_seconds_total //p' "$T/metrics")
+    busy=$(sed -n 's/^epyq_engine_busy_seconds_total //p' "$T/metrics")
     kill -TERM "$SPID"; wait "$SPID"; SPID=
     tok=0 i=0
     while [ $i -lt "$N" ]; do
@@ -59,6 +68,15 @@ serve_run() {
     ts=$(echo "$tok $t0 $t1" | awk '{printf "%.2f", $1 / ($3 - $2)}')
     echo "serve: $tok tokens, $ts tokens/s ($(echo "$t0 $t1" | awk '{printf "%.2f", $2 - $1}')s)"
     echo "$ts" >>"$T/serve.ts"
+    echo "$cpu0 $cpu1 $mcpu0 $mcpu1 $fw $busy" | awk '{http = ($2 - $1) - ($4 - $3); model = $4 - $3;
+        printf "       outside the model: HTTP threads %.2f CPU s = %.2f%% of the model threads %.2f CPU s; engine thread outside forward (sampling, detokenizing, hand-over; batch does the first two too) %.3f s = %.2f%% of %.2f forward s\n",
+               http, (model > 0 ? 100 * http / model : 0), model, $6 - $5, ($5 > 0 ? 100 * ($6 - $5) / $5 : 0), $5}' | tee -a "$T/serve.cpu"
+}
+# utime + stime in seconds: the whole process (exited threads included), and the engine + pool threads.
+proc_cpu() { awk -v hz="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); print ($12 + $13) / hz}' "/proc/$SPID/stat"; }
+model_cpu() {
+    for f in /proc/"$SPID"/task/*/stat; do cat "$f" 2>/dev/null; echo; done |
+        awk -v hz="$(getconf CLK_TCK)" '/\((epyq_engine|epyq_t[0-9]+)\)/ {sub(/^.*\) /, ""); s += $12 + $13} END {print s / hz}'
 }
 r=0
 while [ $r -lt "$R" ]; do batch_run; serve_run; r=$((r + 1)); done
