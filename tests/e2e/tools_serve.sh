@@ -13,7 +13,7 @@ expect 2 "serve --no-such-option" "$EPYQ" serve --no-such-option
 [ "$(wc -l <"$T/err")" = 1 ] || fail "serve usage error is not one line"
 expect 2 "serve without a model" "$EPYQ" serve --port 0
 make_model
-start_server main -m "$M" -t 1 -c 2048 --parallel 4 --max-queue 32
+start_server main -m "$M" -t 1 -c 4096 --parallel 4 --max-queue 32
 MAIN=$SPID
 HI='"messages":[{"role":"user","content":"Hi there"}]'
 
@@ -91,9 +91,9 @@ while [ $i -lt 16 ]; do tail -n 2 "$T/c$i" | grep -q '^data: \[DONE\]$' && n=$((
 
 # An aborted stream: its request is cancelled and its sequence freed; healthy requests follow.
 # (ignore_eos keeps them long: the tiny model says eos often. The stream is cut by head after
-# its first bytes, the plain request by curl's timeout, both long before 2000 tokens.)
-curl -sN -m 60 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":2000,"ignore_eos":true,"stream":true}' 2>/dev/null | head -c 200 >/dev/null
-curl -s -m 0.3 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":2000,"ignore_eos":true}' >/dev/null 2>&1
+# its first bytes, the plain request by curl's timeout, both long before 4000 tokens.)
+curl -sN -m 60 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":4000,"ignore_eos":true,"stream":true}' 2>/dev/null | head -c 200 >/dev/null
+curl -s -m 0.3 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":4000,"ignore_eos":true}' >/dev/null 2>&1
 i=0
 while [ $i -lt 100 ]; do
     curl -s -m 10 "$URL/metrics" >"$T/metrics"
@@ -137,10 +137,10 @@ bad 400 top_logprobs $C "{$HI,\"top_logprobs\":3}"
 bad 400 stop $C "{$HI,\"stop\":[1]}"
 bad 400 chat_template_kwargs.enable_thinking $C "{$HI,\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}"
 bad 404 model $C "{$HI,\"model\":\"gpt-4\"}"
-long=$(printf 'word %.0s' $(seq 1 2100))
+long=$(printf 'word %.0s' $(seq 1 4200))
 bad 400 messages $C "{\"messages\":[{\"role\":\"user\",\"content\":\"$long\"}]}"
 [ "$(jq -r .error.code "$T/body")" = context_length_exceeded ] || fail "long prompt: code $(jq -r .error.code "$T/body")"
-bad 400 max_tokens $C "{$HI,\"max_tokens\":2040}"
+bad 400 max_tokens $C "{$HI,\"max_tokens\":4090}"
 bad 400 prompt /v1/completions '{"prompt":5}'
 bad 400 prompt /v1/completions '{"prompt":["a","b"]}'
 bad 400 best_of /v1/completions '{"prompt":"a","best_of":3}'
@@ -171,13 +171,13 @@ KEYED=$SPID
     && ok "401 without the key" || fail "no key: $(cat "$T/body")"
 [ "$(post $C "{$HI,\"max_tokens\":2,\"model\":\"toy\"}" -H 'Authorization: Bearer sekret')" = 200 ] && ok "200 with the key" || fail "with key"
 [ "$(curl -s -m 10 -H 'Authorization: Bearer sekret' "$URL/v1/models" | jq -r '.data[0].id')" = toy ] && ok "--served-model-name" || fail "served name"
-L="{$HI,\"max_tokens\":1500,\"ignore_eos\":true,\"stream\":true}"
+L="{$HI,\"max_tokens\":2000,\"ignore_eos\":true,\"stream\":true}"
 curl -sN -m 60 -H 'Authorization: Bearer sekret' "$URL$C" -d "$L" >"$T/q1" &
 CURLS="$!"
-sleep 0.1
 curl -sN -m 60 -H 'Authorization: Bearer sekret' "$URL$C" -d "$L" >"$T/q2" &
 CURLS="$CURLS $!"
-sleep 0.1
+i=0 # until one runs and one waits
+while [ $i -lt 100 ] && ! curl -s -m 5 "$URL/metrics" | grep -q '^epyq_queue_depth 1$'; do sleep 0.02; i=$((i + 1)); done
 s=$(curl -s -m 10 -D "$T/hdr" -o "$T/body" -w '%{http_code}' -H 'Authorization: Bearer sekret' "$URL$C" -d "{$HI,\"max_tokens\":2}")
 [ "$s" = 429 ] && grep -qi '^retry-after:' "$T/hdr" && jq -e '.error.code == "queue_full"' "$T/body" >/dev/null \
     && ok "429 + Retry-After on a full queue" || fail "full queue: HTTP $s $(cat "$T/body")"
