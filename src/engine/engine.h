@@ -13,8 +13,9 @@
  * when asked for, its log-probabilities; then exactly one on_done. epyq_engine_cancel() ends a
  * request at any point and frees its sequence at once.
  *
- * One engine is driven by one thread at a time (the model's rule); src/engine/runner.h puts
- * one behind a thread and a queue. */
+ * One engine is driven by one thread at a time (the model's rule), and not from inside its own
+ * callbacks (they run in the middle of a step); src/engine/runner.h puts one behind a thread
+ * and a queue. */
 #ifndef EPYQ_ENGINE_H
 #define EPYQ_ENGINE_H
 
