@@ -40,9 +40,10 @@ batch_run() {
     echo "$ts" >>"$T/batch.ts"
 }
 serve_run() {
+    rm -f "$T/serve.err" # the last run's "listening" line must not be read for this one
     "$EPYQ" serve -m "$M" -t "$TH" -c 1024 --parallel "$N" --port 0 2>"$T/serve.err" &
     SPID=$!
-    while ! grep -q '"event":"listening"' "$T/serve.err"; do sleep 0.1; done
+    while ! grep -q '"event":"listening"' "$T/serve.err" 2>/dev/null; do sleep 0.1; done
     port=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$T/serve.err")
     cpu0=$(proc_cpu) mcpu0=$(model_cpu)
     t0=$(now)
