@@ -30,6 +30,7 @@ typedef struct {
     int port, ctx, threads, parallel, max_queue, chunk, max_conn;
     long max_body;
     double grace;
+    bool quiet;
     epyq_kv_type kv;
     epyq_numpath path;
     epyq_numa_opts numa;
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
             "  --max-body BYTES         request body limit (default 8388608), else 413\n"
             "  --max-conn N             simultaneous connections (default 256)\n"
             "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
+            "  --no-log-requests        no JSON line on stderr per generation request\n"
             "  -h, --help               this text\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
@@ -68,7 +70,7 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_KV, O_NUMA, O_PATH, O_BODY, O_CONN, O_GRACE };
+    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_KV, O_NUMA, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},       {"synthetic", required_argument, 0, O_SYN},
         {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
@@ -78,7 +80,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"served-model-name", required_argument, 0, O_NAME}, {"kv-type", required_argument, 0, O_KV},
         {"numa", required_argument, 0, O_NUMA},     {"path", required_argument, 0, O_PATH},
         {"max-body", required_argument, 0, O_BODY}, {"max-conn", required_argument, 0, O_CONN},
-        {"grace", required_argument, 0, O_GRACE},   {"help", no_argument, 0, 'h'},
+        {"grace", required_argument, 0, O_GRACE},   {"no-log-requests", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
     o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->kv = EPYQ_KV_BF16, o->path = EPYQ_PATH_A8;
@@ -92,6 +95,7 @@ static int parse(int argc, char **argv, opts *o) {
         case O_SYN: o->synthetic = optarg; break;
         case O_HOST: o->host = optarg; break;
         case O_KEY: o->api_key = optarg; break;
+        case O_QUIET: o->quiet = true; break;
         case O_NAME: o->name = optarg; break;
         case O_PORT:
             if (epyq_tool_opt_long("epyq serve", optarg, 0, 65535, &v)) return 2;
@@ -187,7 +191,8 @@ int epyq_cmd_serve(int argc, char **argv) {
             snprintf(name, sizeof name, "%.*s", (int)(n - b), dir + b);
         }
         const epyq_serve_cfg sc = {.host = o.host, .port = o.port, .api_key = o.api_key, .model_name = name,
-                                   .max_body = (size_t)o.max_body, .ctx_limit = ctx, .max_conn = o.max_conn};
+                                   .max_body = (size_t)o.max_body, .ctx_limit = ctx, .max_conn = o.max_conn,
+                                   .log_requests = !o.quiet};
         st = epyq_server_start(&srv, &sc, run, tok, chat, epyq_model_config(m), &err);
     }
     if (st == EPYQ_OK) {

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include <microhttpd.h>
 
+#include "core/util.h"
 #include "tools/serve_out.h"
 #include "tools/serve_req.h"
 
@@ -58,7 +60,8 @@ typedef struct {
     epyq_engine_usage usage;
     char errmsg[EPYQ_ERR_MSG_MAX];
     /* the connection thread's */
-    int ep;
+    int ep, status;
+    double t0;
     int fd;
     epyq_sbuf body;
     bool too_big, submitted;
@@ -138,6 +141,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, sreq *q, int status, 
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     count(q->s, q->ep, status);
+    q->status = status;
     return ret;
 }
 
@@ -365,6 +369,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         count(s, q->ep, 200);
+        q->status = 200;
         return ret;
     }
     /* Non-streaming: this connection's thread waits, watching its socket. */
@@ -493,6 +498,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         q = calloc(1, sizeof *q);
         if (!q) return MHD_NO;
         q->s = s, q->refs = 1, q->fd = -1;
+        q->t0 = epyq_now();
         pthread_mutex_init(&q->mu, NULL);
         pthread_cond_init(&q->cv, NULL);
         q->ep = endpoint_of(url);
@@ -540,6 +546,17 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     (void)c;
     if (!q) return;
     *con_cls = NULL;
+    if (q->ep <= EP_CMPL && s->cfg.log_requests) { /* one access-log line per generation request */
+        pthread_mutex_lock(&q->mu);
+        bool fin = q->done;
+        epyq_engine_usage u = q->usage;
+        const char *fr = fin ? epyq_engine_finish_name(q->finish) : q->submitted ? "client_gone" : "none";
+        pthread_mutex_unlock(&q->mu);
+        fprintf(stderr, "{\"event\":\"request\",\"endpoint\":\"%s\",\"status\":%d,\"stream\":%s,\"prompt_tokens\":%d,"
+                        "\"completion_tokens\":%d,\"finish\":\"%s\",\"completed\":%s,\"ms\":%.1f}\n",
+                ep_names[q->ep], q->status, q->req.stream ? "true" : "false", u.n_prompt, u.n_gen, fr,
+                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", 1e3 * (epyq_now() - q->t0));
+    }
     if (q->submitted) {
         pthread_mutex_lock(&q->mu);
         bool unfinished = !q->done;
@@ -551,6 +568,20 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELAXED);
     }
     sreq_unref(q);
+}
+
+/* libmicrohttpd's own messages (a client that went away mid-body, ...) as JSON lines like ours. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char m[512];
+    vsnprintf(m, sizeof m, fmt, ap);
+    size_t n = strlen(m);
+    while (n && (m[n - 1] == '\n' || m[n - 1] == '\r')) m[--n] = '\0';
+    cJSON *j = cJSON_CreateString(m);
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    fprintf(stderr, "{\"event\":\"http\",\"message\":%s}\n", s ? s : "\"\"");
+    free(s);
+    cJSON_Delete(j);
 }
 
 epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq_runner *runner,
@@ -572,7 +603,8 @@ epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq
     pthread_mutex_init(&s->chat_mu, NULL);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conn, MHD_OPTION_CONNECTION_TIMEOUT, 300u,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
     freeaddrinfo(ai);

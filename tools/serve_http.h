@@ -30,6 +30,7 @@ typedef struct {
     size_t max_body;           /* request body limit in bytes */
     int32_t ctx_limit;         /* prompt + completion tokens per request */
     int32_t max_conn;          /* simultaneous connections */
+    bool log_requests;         /* one JSON line on stderr per generation request */
 } epyq_serve_cfg;
 
 typedef struct epyq_server epyq_server;
