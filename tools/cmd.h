@@ -16,5 +16,6 @@ int epyq_cmd_chat(int argc, char **argv);
 int epyq_cmd_batch(int argc, char **argv);
 int epyq_cmd_bench(int argc, char **argv);
 int epyq_cmd_ppl(int argc, char **argv);
+int epyq_cmd_serve(int argc, char **argv);
 
 #endif

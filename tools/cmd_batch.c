@@ -1,8 +1,9 @@
 /* tools/cmd_batch.c — `epyq batch`: an OpenAI-style JSONL batch job with continuous batching.
  *
- * Up to --max-batch requests run together: every forward call carries the next prompt chunk of
- * the requests still prefilling and one decode token of every other running request, so new
- * requests are admitted as soon as others finish. Results are written in input order as soon as
+ * Up to --max-batch requests run together on the shared continuous-batching engine
+ * (src/engine/engine.h): every forward call carries the next prompt chunk of the requests still
+ * prefilling and one decode token of every other running request, so new requests are
+ * admitted as soon as others finish. Results are written in input order as soon as
  * a contiguous prefix is done, one complete line per write, then fsync'd — a killed job loses no
  * finished result that was written. --resume reads the output, drops a partial last line, skips
  * every custom_id already there and appends; since a request's tokens depend only on its own
@@ -23,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/util.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "model/sample.h"
 #include "tok/chat.h"
@@ -46,38 +48,38 @@ typedef struct {
 
 typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED } job_state;
 
+typedef struct batch batch;
+
 typedef struct {
+    batch *b;
     epyq_batch_req req;
     int64_t line_no;
     job_state state;
     bool failed;
     char *record;           /* finished output line without '\n' */
     char *prompt_text;      /* what the model saw (chat: rendered template) */
-    int32_t *ids;           /* [n_ids] prompt ids */
-    size_t n_ids, fed;      /* prompt tokens fed so far */
-    int32_t max_new, n_gen, last_tok;
+    size_t n_ids;           /* prompt tokens */
+    int32_t n_gen;
     const char *finish;
-    epyq_seq *seq;
-    epyq_sampler *smp;
-    epyq_tok_stream *ts;
     epyq_sbuf text;         /* generated text */
 } job;
 
-typedef struct {
+struct batch {
     const opts *o;
     epyq_model *m;
+    epyq_engine *eng;
     epyq_tok *tok;
     epyq_chat *chat;        /* NULL if the checkpoint has no template */
     const epyq_config *cfg;
     char model_name[128];
     int32_t ctx_limit;
     job *jobs;
-    size_t n_jobs, next_admit, next_write, n_active;
+    size_t n_jobs, next_admit, next_write;
     int out_fd;
     size_t n_failed, n_done, n_todo;
-    uint64_t gen_tokens;
+    bool oom;               /* a record could not be built: fatal after the step */
     double t0, last_progress;
-} batch;
+};
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -253,40 +255,35 @@ static epyq_status flush_prefix(batch *b, epyq_err *err) {
 
 /* ---- the job table --------------------------------------------------------------------- */
 
-static void job_release(job *j) {
-    epyq_seq_free(j->seq);
-    epyq_sampler_free(j->smp);
-    epyq_tok_stream_free(j->ts);
-    free(j->ids);
-    j->seq = NULL, j->smp = NULL, j->ts = NULL, j->ids = NULL;
-}
-
 static void job_finish_error(batch *b, job *j, const char *code, const char *msg) {
     j->record = record_error(j, code, msg);
     j->state = JOB_DONE;
     j->failed = true;
     b->n_failed++;
     b->n_done++;
-    job_release(j);
 }
 
-static void job_finish_ok(batch *b, job *j, const char *finish) {
-    j->finish = finish;
-    char *rest = NULL;
-    epyq_err err;
-    if (epyq_tok_stream_finish(j->ts, &rest, &err) == EPYQ_OK && rest) epyq_sbuf_adds(&j->text, rest);
-    free(rest);
+static void on_event(void *ctx, const epyq_engine_event *ev) {
+    job *j = ctx;
+    if (ev->len && !epyq_sbuf_add(&j->text, ev->text, ev->len)) j->b->oom = true;
+}
+
+static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u, const epyq_err *err) {
+    job *j = ctx;
+    batch *b = j->b;
+    (void)err; /* a failed step is fatal to the job: epyq_engine_step returns the error */
+    j->n_gen = u->n_gen;
+    j->finish = epyq_engine_finish_name(f);
     j->record = record_ok(b, j);
     j->state = JOB_DONE;
     b->n_done++;
-    if (b->n_active) b->n_active--;
-    job_release(j);
     epyq_sbuf_free(&j->text);
 }
 
-/* Render, tokenise, size the context and create the sequence; an invalid request finishes
- * here with its error record. Returns a fatal status only for out-of-memory. */
+/* Render, tokenise, size the context and hand the request to the engine; an invalid request
+ * finishes here with its error record. Returns a fatal status only for out-of-memory. */
 static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
+    j->b = b;
     if (j->req.err_code[0]) {
         job_finish_error(b, j, j->req.err_code, j->req.err_msg);
         return EPYQ_OK;
@@ -308,8 +305,10 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
         j->prompt_text = strdup(j->req.prompt);
         if (!j->prompt_text) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     }
-    st = epyq_tok_encode(b->tok, j->prompt_text, strlen(j->prompt_text), &j->ids, &j->n_ids, &e);
+    int32_t *ids = NULL;
+    st = epyq_tok_encode(b->tok, j->prompt_text, strlen(j->prompt_text), &ids, &j->n_ids, &e);
     if (st != EPYQ_OK || j->n_ids == 0) {
+        free(ids);
         job_finish_error(b, j, "invalid_request", st != EPYQ_OK ? e.msg : "the prompt is empty");
         return EPYQ_OK;
     }
@@ -317,79 +316,18 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
         char m[160];
         snprintf(m, sizeof m, "the prompt has %zu tokens; the context limit is %d (-c), leaving no room to generate",
                  j->n_ids, b->ctx_limit);
+        free(ids);
         job_finish_error(b, j, "context_length_exceeded", m);
         return EPYQ_OK;
     }
-    j->max_new = j->req.max_tokens;
-    if ((int64_t)j->n_ids + j->max_new > b->ctx_limit) j->max_new = b->ctx_limit - (int32_t)j->n_ids;
-    epyq_sample_params sp;
+    epyq_engine_params p = {.max_tokens = j->req.max_tokens, .logprobs = -1};
     const epyq_sample_overrides so = {j->req.temperature, j->req.top_p, j->req.min_p, j->req.repetition_penalty,
                                       j->req.presence_penalty, j->req.top_k, j->req.seed};
-    epyq_sample_overrides_apply(&so, b->cfg, &sp);
-    if ((st = epyq_seq_create(&j->seq, b->m, (int32_t)j->n_ids + j->max_new, EPYQ_KV_BF16, err)) != EPYQ_OK) return st;
-    if ((st = epyq_sampler_create(&j->smp, &sp, b->cfg->vocab_size, err)) != EPYQ_OK) return st;
-    j->ts = epyq_tok_stream_new(b->tok, true);
-    if (!j->ts) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    for (size_t i = 0; i < j->n_ids; i++) epyq_sampler_accept(j->smp, j->ids[i], false);
+    epyq_sample_overrides_apply(&so, b->cfg, &p.sp);
+    const epyq_engine_cb cb = {on_event, on_done, j};
     j->state = JOB_RUNNING;
-    b->n_active++;
-    return EPYQ_OK;
-}
-
-/* One forward call over every running job; then sample for each job whose last fed token was
- * wanted. */
-static epyq_status step(batch *b, epyq_err *err) {
-    size_t cap = (size_t)b->o->chunk + (size_t)b->o->max_batch;
-    epyq_seq **seqs = malloc(cap * sizeof *seqs);
-    int32_t *toks = malloc(cap * sizeof *toks);
-    uint8_t *want = calloc(cap, 1);
-    job **owner = malloc(cap * sizeof *owner);
-    float *logits = NULL;
-    epyq_status st = EPYQ_OK;
-    if (!seqs || !toks || !want || !owner) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    size_t n = 0, n_want = 0, budget = (size_t)b->o->chunk;
-    for (size_t i = b->next_write; st == EPYQ_OK && i < b->next_admit; i++) {
-        job *j = &b->jobs[i];
-        if (j->state != JOB_RUNNING) continue;
-        if (j->fed < j->n_ids) {
-            if (budget == 0) continue; /* its prompt continues next step */
-            size_t take = j->n_ids - j->fed < budget ? j->n_ids - j->fed : budget;
-            for (size_t k = 0; k < take; k++) seqs[n] = j->seq, toks[n] = j->ids[j->fed + k], owner[n] = j, n++;
-            j->fed += take;
-            budget -= take;
-            if (j->fed == j->n_ids) want[n - 1] = 1, n_want++;
-        } else {
-            seqs[n] = j->seq, toks[n] = j->last_tok, owner[n] = j, want[n] = 1, n++, n_want++;
-        }
-    }
-    int32_t V = b->cfg->vocab_size;
-    if (st == EPYQ_OK && n > 0) {
-        logits = malloc(n_want * (size_t)V * sizeof(float));
-        if (!logits) st = epyq_err_set(err, EPYQ_E_NOMEM, "logits [%zu][%d]: out of memory", n_want, V);
-    }
-    if (st == EPYQ_OK && n > 0) {
-        epyq_batch bt = {(int32_t)n, seqs, toks, want};
-        st = epyq_model_forward(b->m, &bt, logits, NULL, err);
-    }
-    for (size_t i = 0, w = 0; st == EPYQ_OK && i < n; i++) {
-        if (!want[i]) continue;
-        job *j = owner[i];
-        int32_t tok = epyq_sampler_sample(j->smp, logits + (w++) * (size_t)V);
-        epyq_sampler_accept(j->smp, tok, true);
-        j->n_gen++;
-        b->gen_tokens++;
-        if (epyq_is_eos(b->cfg, tok)) {
-            job_finish_ok(b, j, "stop");
-            continue;
-        }
-        char *piece = NULL;
-        if (epyq_tok_stream_push(j->ts, tok, &piece, err) != EPYQ_OK) st = err->code;
-        else if (piece && !epyq_sbuf_adds(&j->text, piece)) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-        free(piece);
-        j->last_tok = tok;
-        if (st == EPYQ_OK && j->n_gen >= j->max_new) job_finish_ok(b, j, "length");
-    }
-    free(seqs), free(toks), free(want), free(owner), free(logits);
+    st = epyq_engine_add(b->eng, ids, j->n_ids, &p, &cb, NULL, err);
+    free(ids);
     return st;
 }
 
@@ -398,7 +336,9 @@ static void progress(batch *b, bool final) {
     bool tty = isatty(2);
     if (!final && now - b->last_progress < (tty ? 0.5 : 10.0)) return;
     b->last_progress = now;
-    double el = now - b->t0, rate = el > 0 ? b->gen_tokens / el : 0;
+    epyq_engine_stats es;
+    epyq_engine_get_stats(b->eng, &es);
+    double el = now - b->t0, rate = el > 0 ? (double)es.gen_tokens / el : 0;
     double eta = b->n_done ? el * (double)(b->n_todo - b->n_done) / (double)b->n_done : 0;
     fprintf(stderr, "%sbatch: %zu/%zu done, %zu failed, %.1f tokens/s, elapsed %.0fs, ETA %.0fs%s",
             tty ? "\r" : "", b->n_done, b->n_todo, b->n_failed, rate, el, eta, tty && !final ? "   " : "\n");
@@ -518,6 +458,10 @@ int epyq_cmd_batch(int argc, char **argv) {
         const char *base = strrchr(dir, '/');
         snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
         b.ctx_limit = o.ctx < b.cfg->max_position_embeddings ? o.ctx : (int32_t)b.cfg->max_position_embeddings;
+        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = EPYQ_KV_BF16};
+        st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
+    }
+    if (st == EPYQ_OK) {
         b.out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (b.out_fd < 0) st = epyq_err_set(&err, EPYQ_E_IO, "%s: cannot open for writing: %s", o.out, strerror(errno));
     }
@@ -529,21 +473,22 @@ int epyq_cmd_batch(int argc, char **argv) {
         sigaction(SIGTERM, &sa, NULL);
         b.t0 = epyq_now();
         while (st == EPYQ_OK && !g_stop) {
-            while (st == EPYQ_OK && b.n_active < (size_t)o.max_batch && b.next_admit < b.n_jobs) {
+            while (st == EPYQ_OK && epyq_engine_free_slots(b.eng) > 0 && b.next_admit < b.n_jobs) {
                 job *j = &b.jobs[b.next_admit++];
                 if (j->state == JOB_PENDING) st = job_admit(&b, j, &err);
             }
-            if (st == EPYQ_OK && b.n_active) st = step(&b, &err);
+            if (st == EPYQ_OK) st = epyq_engine_step(b.eng, &err);
+            if (st == EPYQ_OK && b.oom) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
             if (st == EPYQ_OK) st = flush_prefix(&b, &err);
             progress(&b, false);
-            if (!b.n_active && b.next_admit >= b.n_jobs) break;
+            if (!epyq_engine_active(b.eng) && b.next_admit >= b.n_jobs) break;
         }
         if (st == EPYQ_OK) st = flush_prefix(&b, &err); /* interrupted: the finished prefix only */
         progress(&b, true);
     }
     if (b.out_fd >= 0) close(b.out_fd);
+    epyq_engine_free(b.eng);
     for (size_t i = 0; i < b.n_jobs; i++) {
-        job_release(&b.jobs[i]);
         epyq_batch_req_free(&b.jobs[i].req);
         free(b.jobs[i].record), free(b.jobs[i].prompt_text);
         epyq_sbuf_free(&b.jobs[i].text);

@@ -22,6 +22,7 @@
 #pragma weak epyq_cmd_batch
 #pragma weak epyq_cmd_bench
 #pragma weak epyq_cmd_ppl
+#pragma weak epyq_cmd_serve
 
 typedef struct {
     const char *name;
@@ -33,6 +34,7 @@ static const command commands[] = {
     {"chat", epyq_cmd_chat, "interactive chat REPL"},
     {"run", epyq_cmd_run, "one-shot generation to stdout"},
     {"batch", epyq_cmd_batch, "OpenAI-style JSONL batch job (resumable)"},
+    {"serve", epyq_cmd_serve, "OpenAI-compatible HTTP server (continuous batching)"},
     {"bench", epyq_cmd_bench, "llama-bench style throughput benchmark"},
     {"ppl", epyq_cmd_ppl, "perplexity / KL divergence over a text file"},
     {"inspect", epyq_cmd_inspect, "validate and summarise a checkpoint folder"},

@@ -1,7 +1,7 @@
 /* src/model/sample.h — choosing the next token from logits.
  *
  * Promise: the usual chain, in vLLM/HF order — repetition penalty (over every token seen,
- * prompt included), presence penalty (over generated tokens), temperature, top-k, top-p,
+ * prompt included), presence and frequency penalties (over generated tokens), temperature, top-k, top-p,
  * min-p — then one draw from a seeded generator, so a given seed and logits always give the
  * same token. temperature <= 0 means greedy (argmax, ties to the lowest id, after penalties).
  * Defaults come from generation_config.json (do_sample false or absent → greedy). */
@@ -21,6 +21,7 @@ typedef struct {
     float presence_penalty;    /* 0: off; subtracted once from every generated token's logit */
     float repetition_penalty;  /* 1: off; seen tokens: positive logits divided, negative multiplied */
     uint64_t seed;
+    float frequency_penalty;   /* 0: off; subtracted once per earlier generation of the token */
 } epyq_sample_params;
 
 /* generation_config.json values (greedy when do_sample is false), seed 0. */

@@ -128,6 +128,17 @@ START_TEST(test_penalties) {
     ck_assert_int_eq(epyq_sampler_sample(s, l), 1);
     ck_assert(l[0] == 2.0f); /* logits untouched */
     epyq_sampler_free(s);
+    /* frequency: 0.3 per earlier generation; prompt tokens do not count */
+    p.presence_penalty = 0.0f, p.frequency_penalty = 0.3f;
+    ck_assert(epyq_sampler_create(&s, &p, 5, &err) == EPYQ_OK);
+    epyq_sampler_accept(s, 0, false);
+    ck_assert_int_eq(epyq_sampler_sample(s, l), 0);
+    epyq_sampler_accept(s, 0, true); /* 2.0 - 0.3 = 1.7 > 1.5 */
+    ck_assert_int_eq(epyq_sampler_sample(s, l), 0);
+    epyq_sampler_accept(s, 0, true); /* 2.0 - 0.6 = 1.4 < 1.5 */
+    ck_assert_int_eq(epyq_sampler_sample(s, l), 1);
+    epyq_sampler_free(s);
+    p.frequency_penalty = 0.0f;
     p.top_k = -1;
     ck_assert(epyq_sampler_create(&s, &p, 5, &err) == EPYQ_E_ARG);
 }

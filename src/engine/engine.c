@@ -1,0 +1,333 @@
+/* src/engine/engine.c — see engine.h. */
+#include "engine/engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/util.h"
+#include "tok/reasoning.h"
+#include "tok/sbuf.h"
+
+/* A request that wants prompt logprobs has the logits of every prompt token returned; this
+ * caps its prompt tokens per step so the logits buffer stays small (64 rows of a 248k vocab
+ * are 63 MB). */
+#define PROMPT_LP_CHUNK 64
+
+typedef struct {
+    uint64_t id;
+    int32_t *ids;
+    size_t n_ids, fed;
+    int32_t max_new, n_gen, last_tok;
+    int32_t logprobs;
+    bool prompt_lp, ignore_eos, done;
+    epyq_seq *seq;
+    epyq_sampler *smp;
+    epyq_tok_stream *ts;
+    epyq_engine_cb cb;
+    char *stop[EPYQ_ENGINE_MAX_STOP];
+    int32_t n_stop;
+    epyq_sbuf held; /* decoded text not yet released: it may be the start of a stop string */
+} req;
+
+struct epyq_engine {
+    epyq_model *m;
+    const epyq_tok *tok;
+    const epyq_config *cfg;
+    epyq_engine_opts o;
+    req **run;      /* [o.max_seqs] running requests in admission order */
+    int32_t n_run;
+    uint64_t next_id;
+    epyq_engine_stats st;
+};
+
+const char *epyq_engine_finish_name(epyq_engine_finish f) {
+    switch (f) {
+    case EPYQ_ENGINE_STOP: return "stop";
+    case EPYQ_ENGINE_LENGTH: return "length";
+    case EPYQ_ENGINE_CANCELLED: return "cancelled";
+    case EPYQ_ENGINE_ERROR: return "error";
+    }
+    return "?";
+}
+
+epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok *tok,
+                               const epyq_engine_opts *opts, epyq_err *err) {
+    *out = NULL;
+    if (opts->max_seqs < 1 || opts->chunk < 1 || opts->ctx_limit < 2)
+        return epyq_err_set(err, EPYQ_E_ARG, "engine: max_seqs %d, chunk %d (>= 1) and ctx_limit %d (>= 2) out of range",
+                            opts->max_seqs, opts->chunk, opts->ctx_limit);
+    epyq_engine *e = calloc(1, sizeof *e);
+    if (!e) return epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    e->run = calloc((size_t)opts->max_seqs, sizeof *e->run);
+    if (!e->run) {
+        free(e);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    }
+    e->m = m, e->tok = tok, e->cfg = epyq_model_config(m), e->o = *opts;
+    e->next_id = 1;
+    *out = e;
+    return EPYQ_OK;
+}
+
+static void req_free(req *r) {
+    if (!r) return;
+    epyq_seq_free(r->seq);
+    epyq_sampler_free(r->smp);
+    epyq_tok_stream_free(r->ts);
+    free(r->ids);
+    for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    epyq_sbuf_free(&r->held);
+    free(r);
+}
+
+void epyq_engine_free(epyq_engine *e) {
+    if (!e) return;
+    for (int32_t i = 0; i < e->n_run; i++) req_free(e->run[i]);
+    free(e->run);
+    free(e);
+}
+
+int32_t epyq_engine_active(const epyq_engine *e) { return e->n_run; }
+int32_t epyq_engine_free_slots(const epyq_engine *e) { return e->o.max_seqs - e->n_run; }
+
+void epyq_engine_get_stats(const epyq_engine *e, epyq_engine_stats *st) {
+    *st = e->st;
+    st->kv_bytes = 0;
+    for (int32_t i = 0; i < e->n_run; i++)
+        if (e->run[i]->seq) st->kv_bytes += epyq_seq_bytes(e->run[i]->seq);
+}
+
+epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
+                            const epyq_engine_params *p, const epyq_engine_cb *cb, uint64_t *id,
+                            epyq_err *err) {
+    if (e->n_run >= e->o.max_seqs)
+        return epyq_err_set(err, EPYQ_E_ARG, "engine: all %d slots are busy", e->o.max_seqs);
+    if (n_ids == 0) return epyq_err_set(err, EPYQ_E_ARG, "the prompt is empty");
+    if (n_ids >= (size_t)e->o.ctx_limit)
+        return epyq_err_set(err, EPYQ_E_CTX_FULL, "the prompt has %zu tokens; the context limit is %d, leaving no room to generate",
+                            n_ids, e->o.ctx_limit);
+    if (p->max_tokens < 1 || p->n_stop < 0 || p->n_stop > EPYQ_ENGINE_MAX_STOP || p->logprobs > EPYQ_ENGINE_MAX_TOP)
+        return epyq_err_set(err, EPYQ_E_ARG, "engine: max_tokens %d (>= 1), %d stop strings (<= %d), logprobs %d (<= %d)",
+                            p->max_tokens, p->n_stop, EPYQ_ENGINE_MAX_STOP, p->logprobs, EPYQ_ENGINE_MAX_TOP);
+    req *r = calloc(1, sizeof *r);
+    epyq_status st = EPYQ_OK;
+    if (!r || !(r->ids = malloc(n_ids * sizeof *r->ids))) {
+        free(r);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    }
+    memcpy(r->ids, ids, n_ids * sizeof *ids);
+    r->n_ids = n_ids;
+    r->cb = *cb;
+    r->logprobs = p->logprobs;
+    r->prompt_lp = p->prompt_logprobs;
+    r->ignore_eos = p->ignore_eos;
+    r->max_new = p->max_tokens;
+    if ((int64_t)n_ids + r->max_new > e->o.ctx_limit) r->max_new = e->o.ctx_limit - (int32_t)n_ids;
+    for (int32_t i = 0; i < p->n_stop; i++) {
+        if (!p->stop[i] || !*p->stop[i]) continue; /* an empty stop string would match at once */
+        if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+        else r->n_stop++;
+    }
+    if (st == EPYQ_OK) st = epyq_seq_create(&r->seq, e->m, (int32_t)n_ids + r->max_new, e->o.kv, err);
+    if (st == EPYQ_OK) st = epyq_sampler_create(&r->smp, &p->sp, e->cfg->vocab_size, err);
+    if (st == EPYQ_OK && !(r->ts = epyq_tok_stream_new(e->tok, true)))
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    if (st != EPYQ_OK) {
+        req_free(r);
+        return st;
+    }
+    for (size_t i = 0; i < n_ids; i++) epyq_sampler_accept(r->smp, ids[i], false);
+    r->id = e->next_id++;
+    e->run[e->n_run++] = r;
+    if (id) *id = r->id;
+    return EPYQ_OK;
+}
+
+static void emit(req *r, bool prompt, int32_t tok, const char *text, size_t len, const epyq_engine_logprob *lp) {
+    epyq_engine_event ev = {prompt, tok, text ? text : "", len, lp};
+    if (r->cb.on_event) r->cb.on_event(r->cb.ctx, &ev);
+}
+
+/* The request ends: release what is held (unless a stop string cut it), tell the owner, free
+ * the model-side state at once; the slot is compacted at the end of the step. */
+static void finish(epyq_engine *e, req *r, epyq_engine_finish f, bool flush, const epyq_err *err) {
+    (void)e;
+    if (flush) {
+        char *rest = NULL;
+        epyq_err e2;
+        if (epyq_tok_stream_finish(r->ts, &rest, &e2) == EPYQ_OK && rest) epyq_sbuf_adds(&r->held, rest);
+        free(rest);
+        if (r->held.len) emit(r, false, -1, r->held.p, r->held.len, NULL);
+    }
+    epyq_engine_usage u = {(int32_t)r->n_ids, r->n_gen};
+    if (r->cb.on_done) r->cb.on_done(r->cb.ctx, f, &u, err);
+    epyq_seq_free(r->seq);
+    epyq_sampler_free(r->smp);
+    epyq_tok_stream_free(r->ts);
+    r->seq = NULL, r->smp = NULL, r->ts = NULL;
+    r->done = true;
+}
+
+static void compact(epyq_engine *e) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < e->n_run; i++) {
+        if (e->run[i]->done) req_free(e->run[i]);
+        else e->run[k++] = e->run[i];
+    }
+    e->n_run = k;
+}
+
+bool epyq_engine_cancel(epyq_engine *e, uint64_t id) {
+    for (int32_t i = 0; i < e->n_run; i++)
+        if (e->run[i]->id == id && !e->run[i]->done) {
+            finish(e, e->run[i], EPYQ_ENGINE_CANCELLED, false, NULL);
+            compact(e);
+            return true;
+        }
+    return false;
+}
+
+void epyq_engine_logprob_of(const float *logits, int32_t V, int32_t tok, int32_t n_top,
+                            epyq_engine_logprob *out) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int32_t i = 0; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    out->tok = tok;
+    out->logprob = (float)((double)logits[tok] - lse);
+    if (n_top > EPYQ_ENGINE_MAX_TOP) n_top = EPYQ_ENGINE_MAX_TOP;
+    out->n_top = 0;
+    /* a small sorted insertion list: one compare per entry once it is full */
+    for (int32_t i = 0; i < V && n_top > 0; i++) {
+        float v = logits[i];
+        int32_t k = out->n_top;
+        if (k == n_top && !(v > out->top_lp[k - 1])) continue;
+        if (k < n_top) out->n_top++;
+        else k--;
+        while (k > 0 && v > out->top_lp[k - 1]) {
+            out->top_lp[k] = out->top_lp[k - 1], out->top_ids[k] = out->top_ids[k - 1];
+            k--;
+        }
+        out->top_lp[k] = v, out->top_ids[k] = i;
+    }
+    for (int32_t k = 0; k < out->n_top; k++) out->top_lp[k] = (float)((double)out->top_lp[k] - lse);
+}
+
+/* Longest suffix of held text that could still grow into one of the stop strings. */
+static size_t stop_partial(const req *r) {
+    size_t keep = 0;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        size_t k = epyq_tag_partial_suffix(r->held.p, r->held.len, r->stop[i]);
+        if (k > keep) keep = k;
+    }
+    return keep;
+}
+
+/* A sampled token: stop rules, text, events. */
+static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *row, epyq_err *err) {
+    epyq_engine_logprob lp, *lpp = NULL;
+    if (r->logprobs >= 0) epyq_engine_logprob_of(row, e->cfg->vocab_size, tok, r->logprobs, lpp = &lp);
+    epyq_sampler_accept(r->smp, tok, true);
+    r->n_gen++;
+    e->st.gen_tokens++;
+    if (!r->ignore_eos && epyq_is_eos(e->cfg, tok)) {
+        if (lpp) emit(r, false, tok, "", 0, lpp);
+        finish(e, r, EPYQ_ENGINE_STOP, true, NULL);
+        return EPYQ_OK;
+    }
+    char *piece = NULL;
+    if (epyq_tok_stream_push(r->ts, tok, &piece, err) != EPYQ_OK) return err->code;
+    bool okb = !piece || epyq_sbuf_adds(&r->held, piece);
+    free(piece);
+    if (!okb) return epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    r->last_tok = tok;
+    /* The earliest stop string wins; its text and everything after it are dropped. */
+    size_t cut = r->held.len;
+    for (int32_t i = 0; i < r->n_stop && r->held.len; i++) {
+        const char *hit = memmem(r->held.p, r->held.len, r->stop[i], strlen(r->stop[i]));
+        if (hit && (size_t)(hit - r->held.p) < cut) cut = (size_t)(hit - r->held.p);
+    }
+    if (cut < r->held.len) {
+        emit(r, false, tok, r->held.p, cut, lpp);
+        finish(e, r, EPYQ_ENGINE_STOP, false, NULL);
+        return EPYQ_OK;
+    }
+    size_t keep = stop_partial(r), out = r->held.len - keep;
+    emit(r, false, tok, r->held.p, out, lpp);
+    memmove(r->held.p, r->held.p + out, keep + 1);
+    r->held.len = keep;
+    if (r->n_gen >= r->max_new) finish(e, r, EPYQ_ENGINE_LENGTH, true, NULL);
+    return EPYQ_OK;
+}
+
+epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
+    if (e->n_run == 0) return EPYQ_OK;
+    size_t cap = (size_t)e->o.chunk + (size_t)e->o.max_seqs;
+    epyq_seq **seqs = malloc(cap * sizeof *seqs);
+    int32_t *toks = malloc(cap * sizeof *toks);
+    uint8_t *want = calloc(cap, 1);
+    req **owner = malloc(cap * sizeof *owner);
+    int64_t *pidx = malloc(cap * sizeof *pidx); /* prompt index of the row, -1 for decode */
+    float *logits = NULL;
+    epyq_status st = EPYQ_OK;
+    if (!seqs || !toks || !want || !owner || !pidx) st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    size_t n = 0, n_want = 0, n_prompt = 0, budget = (size_t)e->o.chunk;
+    for (int32_t i = 0; st == EPYQ_OK && i < e->n_run; i++) {
+        req *r = e->run[i];
+        if (r->fed < r->n_ids) {
+            if (budget == 0) continue; /* its prompt continues next step */
+            size_t take = r->n_ids - r->fed < budget ? r->n_ids - r->fed : budget;
+            if (r->prompt_lp && take > PROMPT_LP_CHUNK) take = PROMPT_LP_CHUNK;
+            for (size_t k = 0; k < take; k++) {
+                seqs[n] = r->seq, toks[n] = r->ids[r->fed + k], owner[n] = r, pidx[n] = (int64_t)(r->fed + k);
+                want[n] = r->prompt_lp, n_want += r->prompt_lp, n++;
+            }
+            r->fed += take;
+            budget -= take;
+            n_prompt += take;
+            if (r->fed == r->n_ids && !want[n - 1]) want[n - 1] = 1, n_want++;
+        } else {
+            seqs[n] = r->seq, toks[n] = r->last_tok, owner[n] = r, pidx[n] = -1, want[n] = 1, n++, n_want++;
+        }
+    }
+    int32_t V = e->cfg->vocab_size;
+    if (st == EPYQ_OK && n > 0) {
+        logits = malloc(n_want * (size_t)V * sizeof(float));
+        if (!logits) st = epyq_err_set(err, EPYQ_E_NOMEM, "logits [%zu][%d]: out of memory", n_want, V);
+    }
+    if (st == EPYQ_OK && n > 0) {
+        epyq_batch bt = {(int32_t)n, seqs, toks, want};
+        double t0 = epyq_now();
+        st = epyq_model_forward(e->m, &bt, logits, NULL, err);
+        double dt = epyq_now() - t0;
+        e->st.prompt_s += dt * (double)n_prompt / (double)n;
+        e->st.decode_s += dt * (double)(n - n_prompt) / (double)n;
+        e->st.prompt_tokens += n_prompt;
+        e->st.steps++;
+    }
+    if (st != EPYQ_OK) {
+        /* the forward call changed nothing; every request it carried cannot go on */
+        for (int32_t i = 0; i < e->n_run; i++)
+            if (!e->run[i]->done) finish(e, e->run[i], EPYQ_ENGINE_ERROR, false, err);
+    }
+    for (size_t i = 0, w = 0; st == EPYQ_OK && i < n; i++) {
+        if (!want[i]) continue;
+        req *r = owner[i];
+        const float *row = logits + (w++) * (size_t)V;
+        if (r->done) continue;
+        if (pidx[i] >= 0 && (size_t)pidx[i] + 1 < r->n_ids) { /* this row predicts the next prompt token */
+            epyq_engine_logprob lp;
+            int32_t next = r->ids[pidx[i] + 1];
+            epyq_engine_logprob_of(row, V, next, r->logprobs > 0 ? r->logprobs : 0, &lp);
+            emit(r, true, next, "", 0, &lp);
+            continue;
+        }
+        st = take_token(e, r, epyq_sampler_sample(r->smp, row), row, err);
+        if (st != EPYQ_OK) finish(e, r, EPYQ_ENGINE_ERROR, false, err);
+    }
+    compact(e);
+    free(seqs), free(toks), free(want), free(owner), free(pidx), free(logits);
+    return st;
+}

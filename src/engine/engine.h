@@ -1,0 +1,129 @@
+/* src/engine/engine.h — the continuous-batching scheduler shared by `epyq batch` and
+ * `epyq serve`: requests are admitted while there are free slots, their prompts are fed in
+ * chunks and every running request's decode step goes into the same forward call.
+ *
+ * Promise: every epyq_engine_step() makes one epyq_model_forward() call carrying, in admission
+ * order, the next prompt chunk of the requests still prefilling (at most opts.chunk prompt
+ * tokens over all of them) and one decode token of every other request. Each request has its
+ * own sampler, its own stop rules (eos ids, stop strings, max_tokens, the context limit) and
+ * its own streaming detokenizer; its tokens depend only on its prompt and parameters, never on
+ * which requests share its steps (the model's batch-independence, src/model/model.h). A
+ * request's events arrive through its callbacks, on the thread that calls step: text that
+ * became final (stop strings are held back until they can no longer start), the token and,
+ * when asked for, its log-probabilities; then exactly one on_done. epyq_engine_cancel() ends a
+ * request at any point and frees its sequence at once.
+ *
+ * One engine is driven by one thread at a time (the model's rule), and not from inside its own
+ * callbacks (they run in the middle of a step); src/engine/runner.h puts one behind a thread
+ * and a queue. */
+#ifndef EPYQ_ENGINE_H
+#define EPYQ_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "model/sample.h"
+#include "tok/tokenizer.h"
+
+#define EPYQ_ENGINE_MAX_TOP 20   /* top_logprobs at most (OpenAI's limit) */
+#define EPYQ_ENGINE_MAX_STOP 8   /* stop strings per request */
+
+typedef struct {
+    int32_t max_seqs;  /* requests decoded together (slots) */
+    int32_t chunk;     /* prompt tokens per forward call over all requests */
+    int32_t ctx_limit; /* per request: prompt + generated tokens */
+    epyq_kv_type kv;
+} epyq_engine_opts;
+
+typedef enum {
+    EPYQ_ENGINE_STOP = 0,  /* an eos id or a stop string */
+    EPYQ_ENGINE_LENGTH,    /* max_tokens, or the context limit */
+    EPYQ_ENGINE_CANCELLED, /* epyq_engine_cancel */
+    EPYQ_ENGINE_ERROR,     /* the forward call failed (the message is in on_done's err) */
+} epyq_engine_finish;
+
+/* "stop", "length", "cancelled", "error". */
+const char *epyq_engine_finish_name(epyq_engine_finish f);
+
+typedef struct {
+    int32_t tok;                         /* the token this entry is about */
+    float logprob;                       /* log-softmax of the model's raw logits */
+    int32_t n_top;                       /* entries in top_* */
+    int32_t top_ids[EPYQ_ENGINE_MAX_TOP];
+    float top_lp[EPYQ_ENGINE_MAX_TOP];   /* descending, ties to the lower id */
+} epyq_engine_logprob;
+
+typedef struct {
+    /* A generated token (prompt = false): tok, text that became final with it (may be empty).
+     * With prompt_logprobs, every prompt token from the second one on first arrives with
+     * prompt = true and no text. The final flush at the end of a request (text the
+     * detokenizer or a stop-string prefix held back) comes with tok = -1. */
+    bool prompt;
+    int32_t tok;
+    const char *text;
+    size_t len;
+    const epyq_engine_logprob *lp;       /* NULL unless the request asked for logprobs */
+} epyq_engine_event;
+
+typedef struct {
+    int32_t n_prompt, n_gen;
+} epyq_engine_usage;
+
+typedef struct {
+    void (*on_event)(void *ctx, const epyq_engine_event *ev);
+    /* Last call for the request; err is non-NULL only for EPYQ_ENGINE_ERROR. */
+    void (*on_done)(void *ctx, epyq_engine_finish finish, const epyq_engine_usage *u,
+                    const epyq_err *err);
+    void *ctx;
+} epyq_engine_cb;
+
+typedef struct {
+    int32_t max_tokens;                  /* clamped to the context limit (finish "length") */
+    epyq_sample_params sp;
+    const char *stop[EPYQ_ENGINE_MAX_STOP]; /* copied at add */
+    int32_t n_stop;
+    int32_t logprobs;                    /* < 0: none; else this many alternatives (<= 20) */
+    bool prompt_logprobs;                /* logprobs of the prompt tokens too (echo) */
+    bool ignore_eos;                     /* go on past eos ids (benchmarks: fixed lengths) */
+} epyq_engine_params;
+
+typedef struct epyq_engine epyq_engine;
+
+/* model and tok are borrowed and must outlive the engine. */
+epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok *tok,
+                               const epyq_engine_opts *opts, epyq_err *err);
+/* Frees every request still in it without calling its callbacks. */
+void epyq_engine_free(epyq_engine *e);
+
+/* Admit a request (ids copied). EPYQ_E_ARG: no free slot, an empty prompt or bad parameters;
+ * EPYQ_E_CTX_FULL: the prompt leaves no room to generate. *id names it for cancel. */
+epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
+                            const epyq_engine_params *p, const epyq_engine_cb *cb, uint64_t *id,
+                            epyq_err *err);
+/* One forward call over every running request, then their samples and events. A failed
+ * forward call ends every request it carried with EPYQ_ENGINE_ERROR and returns the error;
+ * the engine stays usable. No-op without running requests. */
+epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err);
+/* End a request now (on_done with EPYQ_ENGINE_CANCELLED); false when it is not running. */
+bool epyq_engine_cancel(epyq_engine *e, uint64_t id);
+
+int32_t epyq_engine_active(const epyq_engine *e);  /* running requests */
+int32_t epyq_engine_free_slots(const epyq_engine *e);
+
+typedef struct {
+    uint64_t prompt_tokens, gen_tokens;  /* totals fed / sampled */
+    /* forward seconds, each step's split over its prompt and decode tokens by their counts */
+    double prompt_s, decode_s;
+    uint64_t kv_bytes;                   /* held by the running requests' sequences now */
+    uint64_t steps;
+} epyq_engine_stats;
+void epyq_engine_get_stats(const epyq_engine *e, epyq_engine_stats *st);
+
+/* Log-softmax entry of one logits row (what the logprobs events carry). */
+void epyq_engine_logprob_of(const float *logits, int32_t vocab, int32_t tok, int32_t n_top,
+                            epyq_engine_logprob *out);
+
+#endif
