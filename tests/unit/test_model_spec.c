@@ -8,6 +8,7 @@
  *    — with the MTP's own drafts (which random weights almost never accept) and with drafts
  *    taken from the plain output but wrong at every fifth position, so every acceptance length
  *    and the bonus token occur;
+ *  - seeded sampling emits the plain seeded run's tokens draw for draw;
  *  - forced acceptance keeps its promise (k + 1 tokens a step, every draft counted accepted). */
 #include <check.h>
 #include <math.h>
@@ -226,6 +227,80 @@ START_TEST(test_adaptive) {
 }
 END_TEST
 
+/* Sampling: each emitted token is one draw of the sampler from that position's logits, in
+ * order, and a draft is kept only when the draw reproduces it, so a seeded run emits the plain
+ * seeded run's tokens exactly (which is the distribution claim, draw for draw). Drafts from the
+ * plain sampled output (mostly right, wrong at every fifth position) reach acceptance. */
+typedef struct {
+    epyq_sampler *smp;
+} samp_ctx;
+
+static int32_t pick_sample(void *ctx, const float *logits) {
+    samp_ctx *c = ctx;
+    int32_t t = epyq_sampler_sample(c->smp, logits);
+    epyq_sampler_accept(c->smp, t, true);
+    return t;
+}
+
+static epyq_sampler *mk_sampler(int32_t V) {
+    epyq_sample_params p = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 5};
+    epyq_sampler *s = NULL;
+    epyq_err err = {0};
+    ck_assert(epyq_sampler_create(&s, &p, V, &err) == EPYQ_OK);
+    return s;
+}
+
+START_TEST(test_sampled_identity) {
+    char *dir = synth_model("ct", 61);
+    ck_assert(dir);
+    epyq_model *m = load(dir, EPYQ_REQUANT_INT4, true);
+    int32_t V = epyq_model_config(m)->vocab_size;
+    static const int32_t prompt[PROMPT] = {100, 200, 300, 400, 500, 600};
+    /* plain sampled run */
+    int32_t want[GEN], got[GEN];
+    float *lg = malloc((size_t)PROMPT * V * sizeof(float));
+    epyq_seq *s = NULL;
+    epyq_err err = {0};
+    ck_assert(epyq_seq_create(&s, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    samp_ctx sc = {mk_sampler(V)};
+    for (int i = 0; i < PROMPT; i++) epyq_sampler_accept(sc.smp, prompt[i], false);
+    feed(m, s, prompt, PROMPT, lg);
+    want[0] = pick_sample(&sc, lg + (size_t)(PROMPT - 1) * V);
+    for (int i = 1; i < GEN; i++) {
+        feed(m, s, &want[i - 1], 1, lg);
+        want[i] = pick_sample(&sc, lg);
+    }
+    epyq_sampler_free(sc.smp);
+    epyq_seq_free(s);
+    free(lg);
+    for (int pass = 0; pass < 2; pass++) {
+        oracle orc = {want, V, GEN};
+        epyq_seq *q = NULL;
+        epyq_spec *sp = NULL;
+        ck_assert(epyq_seq_create(&q, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
+        epyq_spec_opts o = {.k = 3, .draft_override = pass ? oracle_draft : NULL, .override_ctx = &orc};
+        ck_assert(epyq_spec_create(&sp, m, q, &o, &err) == EPYQ_OK);
+        samp_ctx c2 = {mk_sampler(V)};
+        for (int i = 0; i < PROMPT; i++) epyq_sampler_accept(c2.smp, prompt[i], false);
+        int32_t n = 0, step[EPYQ_SPEC_MAX], got_n;
+        ck_assert(epyq_spec_prefill(sp, prompt, PROMPT, pick_sample, &c2, &got[n++], &err) == EPYQ_OK);
+        while (n < GEN) {
+            ck_assert(epyq_spec_step(sp, pick_sample, &c2, step, &got_n, &err) == EPYQ_OK);
+            for (int32_t i = 0; i < got_n && n < GEN; i++) got[n++] = step[i];
+        }
+        for (int i = 0; i < GEN; i++)
+            ck_assert_msg(got[i] == want[i], "sampled, %s drafts: token %d is %d, plain %d", pass ? "oracle" : "MTP", i,
+                          got[i], want[i]);
+        if (pass) ck_assert(epyq_spec_get_stats(sp)->accepted[0] > 0);
+        epyq_sampler_free(c2.smp);
+        epyq_spec_free(sp);
+        epyq_seq_free(q);
+    }
+    epyq_model_free(m);
+    free(dir);
+}
+END_TEST
+
 START_TEST(test_forced) {
     char *dir = synth_model("ct", 41);
     ck_assert(dir);
@@ -249,6 +324,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_greedy_identity_synth, 0, getenv("EPYQ_FAST") ? 1 : 3);
     tcase_add_test(tc, test_forced);
     tcase_add_test(tc, test_adaptive);
+    tcase_add_test(tc, test_sampled_identity);
     suite_add_tcase(s, tc);
     TCase *fx = tcase_create("fixtures");
     tcase_set_timeout(fx, 600);
