@@ -48,7 +48,7 @@ typedef struct {
     epyq_finish finish;
 } epyq_gen_stats;
 
-epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
+epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx, epyq_kv_type kv,
                           const epyq_sample_params *sp, epyq_err *err);
 void epyq_gen_free(epyq_gen *g);
 

@@ -96,6 +96,9 @@ int32_t epyq_seq_pos(const epyq_seq *s);
 int32_t epyq_seq_ctx(const epyq_seq *s);
 /* Bytes this sequence holds (KV + states). */
 uint64_t epyq_seq_bytes(const epyq_seq *s);
+/* Bytes a sequence of n_ctx positions would hold (KV + states), before creating it; *kv_bytes
+ * (may be NULL) gets the KV cache's share. */
+uint64_t epyq_model_seq_bytes(const epyq_model *m, int32_t n_ctx, epyq_kv_type kv, uint64_t *kv_bytes);
 
 /* A batch: token i belongs to seq[i] and sits at that sequence's next position; tokens of one
  * sequence appear in order (others may be interleaved between them). */
