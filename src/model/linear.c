@@ -22,6 +22,46 @@ void *epyq_model_alloc(size_t n, size_t size) {
     return p;
 }
 
+/* ---- act-order: a linear with a perm reads x[t][perm[j]] as its column j ---- */
+
+/* Room in the model's scratch for one permuted copy of a [rows][k] input (see has_perm). */
+static epyq_status perm_room(epyq_model *m, int32_t rows, int32_t k, epyq_err *err) {
+    if (!atomic_load(&m->has_perm)) return EPYQ_OK;
+    size_t nx = (size_t)rows * (size_t)k, na = epyq_act_bytes(rows, k, m->gs, EPYQ_PATH_A16);
+    if (nx > m->perm_cap_x) {
+        free(m->perm_x);
+        m->perm_cap_x = 0;
+        if (!(m->perm_x = epyq_model_alloc(nx, sizeof(float))))
+            return epyq_err_set(err, EPYQ_E_NOMEM, "act-order activations [%d][%d]: out of memory", rows, k);
+        m->perm_cap_x = nx;
+    }
+    if (na > m->perm_cap_act) {
+        free(m->perm_act);
+        m->perm_cap_act = 0;
+        if (!(m->perm_act = epyq_model_alloc(na, 1)))
+            return epyq_err_set(err, EPYQ_E_NOMEM, "act-order activations [%d][%d]: out of memory", rows, k);
+        m->perm_cap_act = na;
+    }
+    return EPYQ_OK;
+}
+
+static bool same_perm(const epyq_rlin *a, const epyq_rlin *b) {
+    if (a->perm == b->perm) return true;
+    return a->perm && b->perm && a->k == b->k && !memcmp(a->perm, b->perm, (size_t)a->k * sizeof *a->perm);
+}
+
+/* a's input gathered by perm into the model's scratch, prepared for the A16 path. */
+static void perm_act(epyq_model *m, const int32_t *perm, const epyq_act *a, epyq_act *pa) {
+    const int32_t rows = a->m, k = a->k;
+    for (int32_t t = 0; t < rows; t++) {
+        const float *x = a->f32 + (size_t)t * k;
+        float *xp = m->perm_x + (size_t)t * k;
+        for (int32_t j = 0; j < k; j++) xp[j] = x[perm[j]];
+    }
+    *pa = (epyq_act){.m = rows, .k = k, .gs = a->gs, .path = a->path, .f32 = m->perm_x};
+    m->kt->act_prep(pa, m->perm_x, rows, k, a->gs, a->path, m->perm_act);
+}
+
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
                           epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
@@ -33,7 +73,8 @@ epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int
     *buf = epyq_model_alloc(epyq_act_bytes(rows, k, m->gs, a->path), 1);
     if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);
     m->kt->act_prep(a, x, rows, k, m->gs, a->path, *buf);
-    return EPYQ_OK;
+    /* the scratch is the model's, not part of its constness: every caller holds it mutable */
+    return perm_room((epyq_model *)m, rows, k, err);
 }
 
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1,
@@ -104,7 +145,7 @@ static void gemm_task(void *ctx, int32_t task, int32_t worker) {
     epyq_rlin_rows(j->m, o->l, q->n0, q->n1, j->a, o->y, o->ldy);
 }
 
-void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
+static void run_same_act(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
     epyq_gemm_piece pc[MAX_PIECES];
     for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
         int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
@@ -117,13 +158,58 @@ void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, con
     }
 }
 
+void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
+    bool any = false;
+    for (int32_t i = 0; i < n && !any; i++) any = outs[i].l->perm != NULL;
+    if (!any) {
+        run_same_act(m, outs, n, a);
+        return;
+    }
+    /* One pool run per distinct column order, in the order of first appearance: the outputs
+     * of one run share an activation (GPTQ gives q/k/v one order, as they share a Hessian). */
+    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
+        int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
+        bool done[MAX_OUTS] = {false};
+        for (int32_t i = 0; i < c; i++) {
+            if (done[i]) continue;
+            epyq_rlin_out sel[MAX_OUTS];
+            int32_t ns = 0;
+            for (int32_t j = i; j < c; j++)
+                if (!done[j] && same_perm(outs[i0 + i].l, outs[i0 + j].l)) sel[ns++] = outs[i0 + j], done[j] = true;
+            epyq_act pa;
+            if (sel[0].l->perm) perm_act(m, sel[0].l->perm, a, &pa);
+            run_same_act(m, sel, ns, sel[0].l->perm ? &pa : a);
+        }
+    }
+}
+
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy) {
     epyq_rlin_out o = {l, y, ldy};
     epyq_rlin_run_many(m, &o, 1, a);
 }
 
-epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
-                           epyq_err *err) {
+/* Rows r of q [n][k], s and z [n][ng/n] become rows row_order[r]'s (act-order experts). */
+static bool reorder_rows(uint8_t *q, float *s, uint8_t *z, int32_t n, int32_t k, int32_t gpr, const int32_t *order) {
+    uint8_t *q2 = malloc((size_t)n * k), *z2 = malloc((size_t)n * gpr);
+    float *s2 = malloc((size_t)n * gpr * sizeof *s2);
+    bool ok = q2 && z2 && s2;
+    for (int32_t r = 0; ok && r < n; r++) {
+        int32_t o = order[r];
+        memcpy(q2 + (size_t)r * k, q + (size_t)o * k, (size_t)k);
+        memcpy(s2 + (size_t)r * gpr, s + (size_t)o * gpr, (size_t)gpr * sizeof *s);
+        memcpy(z2 + (size_t)r * gpr, z + (size_t)o * gpr, (size_t)gpr);
+    }
+    if (ok) {
+        memcpy(q, q2, (size_t)n * k);
+        memcpy(s, s2, (size_t)n * gpr * sizeof *s);
+        memcpy(z, z2, (size_t)n * gpr);
+    }
+    free(q2), free(z2), free(s2);
+    return ok;
+}
+
+static epyq_status rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
+                             const int32_t *row_order, epyq_err *err) {
     const epyq_config *c = m->c;
     if (src->n_out < 1 || src->n_in < 1 || src->n_out > INT32_MAX || src->n_in > INT32_MAX)
         return epyq_err_set(err, EPYQ_E_SHAPE, "%s: shape [%lld][%lld] out of range", src->module,
@@ -150,10 +236,10 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         if (!q || !z || !s || !perm) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
         if (st == EPYQ_OK) st = epyq_linear_unpack_q4(src, c, q, s, src->scheme.sym ? NULL : z, perm,
                                                       &has_perm, err);
-        if (st == EPYQ_OK && has_perm)
-            st = epyq_err_set(err, EPYQ_E_UNSUPPORTED,
-                              "%s: act-order (non-trivial g_idx) int4 is not supported by the runtime",
-                              src->module);
+        /* symmetric: unpack left z alone, every zero is 8 */
+        if (st == EPYQ_OK && src->scheme.sym) memset(z, 8, ng);
+        if (st == EPYQ_OK && row_order && !reorder_rows(q, s, z, n, k, k / gs, row_order))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
         int asym = 0;
         for (size_t i = 0; st == EPYQ_OK && !src->scheme.sym && i < ng; i++) asym |= z[i] != 8;
         void *mem = NULL;
@@ -168,6 +254,11 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         }
         if (st == EPYQ_OK) dst->q4 = true;
         else free(mem);
+        if (st == EPYQ_OK && has_perm) {
+            /* act-order: the packed columns are in g_idx group order; keep the order */
+            dst->perm = perm, perm = NULL;
+            atomic_store(&m->has_perm, true);
+        }
         free(q), free(z), free(s), free(perm);
         return st;
     }
@@ -191,7 +282,35 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
     return st;
 }
 
+epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
+                           epyq_err *err) {
+    return rlin_load(m, dst, src, exact, NULL, err);
+}
+
+epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up, epyq_rlin *down,
+                                  const epyq_linear *gs, const epyq_linear *us, const epyq_linear *ds,
+                                  epyq_err *err) {
+    epyq_status st = rlin_load(m, down, ds, false, NULL, err);
+    /* h[i] = silu(gate_i x) up_i x is formed inside the kernel; down's packed column j reads
+     * h[perm[j]], so gate/up row j is made row perm[j] and down reads h in order */
+    const int32_t *order = st == EPYQ_OK ? down->perm : NULL;
+    if (order && (gs->n_out != down->k || us->n_out != down->k))
+        st = epyq_err_set(err, EPYQ_E_SHAPE, "%s: %lld / %lld gate/up rows for a down projection of %d inputs",
+                          ds->module, (long long)gs->n_out, (long long)us->n_out, down->k);
+    if (st == EPYQ_OK) st = rlin_load(m, gate, gs, false, order, err);
+    if (st == EPYQ_OK) st = rlin_load(m, up, us, false, order, err);
+    if (st == EPYQ_OK && !same_perm(gate, up))
+        st = epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                          "%s and %s: different act-order column orders (g_idx): the fused expert kernel reads "
+                          "one activation for both (GPTQ gives both one order, from their shared input)",
+                          gs->module, us->module);
+    free(down->perm);
+    down->perm = NULL;
+    return st;
+}
+
 void epyq_rlin_free(epyq_rlin *l) {
+    free(l->perm);
     if (l->q4) free(l->w4.mem);
     free(l->bf16);
     memset(l, 0, sizeof *l);

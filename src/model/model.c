@@ -31,9 +31,8 @@ static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w 
                                epyq_err *err) {
     /* NUMA mode: int4 experts past 0 are packed on their nodes (numa_moe.c) */
     if (e > 0 && m->numa_experts && mr->gate[0].q4) return EPYQ_OK;
-    TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
-    TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
-    TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
+    TRY(epyq_rlin_load_expert(m, &mr->gate[e], &mr->up[e], &mr->down[e], &mw->gate[e], &mw->up[e], &mw->down[e],
+                              err));
     /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
     const epyq_rlin *g = &mr->gate[e], *u = &mr->up[e], *d = &mr->down[e];
     if (g->q4 != u->q4 || g->q4 != d->q4 || g->n != u->n || d->k != g->n || g->q4 != mr->gate[0].q4)
@@ -107,9 +106,8 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
             return err->code;
         }
     free(j.errs);
-    TRY(epyq_rlin_load(m, &ly->m.sh_gate, &mw->sh_gate, false, err));
-    TRY(epyq_rlin_load(m, &ly->m.sh_up, &mw->sh_up, false, err));
-    TRY(epyq_rlin_load(m, &ly->m.sh_down, &mw->sh_down, false, err));
+    TRY(epyq_rlin_load_expert(m, &ly->m.sh_gate, &ly->m.sh_up, &ly->m.sh_down, &mw->sh_gate, &mw->sh_up,
+                              &mw->sh_down, err));
     TRY(epyq_rlin_load(m, &ly->m.sh_expert_gate, &mw->sh_expert_gate, true, err));
     const epyq_rlin *g = &ly->m.sh_gate, *u = &ly->m.sh_up, *d = &ly->m.sh_down;
     if (g->q4 != u->q4 || g->q4 != d->q4)
@@ -145,6 +143,7 @@ void epyq_model_free(epyq_model *m) {
     layer_free(m, &m->mtp);
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
+    free(m->perm_x), free(m->perm_act);
     epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc);
     free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);
     if (m->pool) epyq_pool_free(m->pool);

@@ -4,6 +4,7 @@
 #ifndef EPYQ_MODEL_IMPL_H
 #define EPYQ_MODEL_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -17,6 +18,8 @@ typedef struct {
     epyq_w4 w4;         /* q4: packed for the kernels (w4.mem owned) */
     uint16_t *bf16;     /* !q4: [n][k] bf16, 64-byte aligned, owned */
     bool exact;         /* bf16 only: fp32 activations (bf16_gemm_f32) — routers, gates, lm_head */
+    int32_t *perm;      /* act-order int4: [k] input channel of packed column j (the columns are
+                         * stored so each g_idx group is contiguous), NULL = identity; owned */
 } epyq_rlin;
 
 typedef struct {
@@ -77,6 +80,13 @@ struct epyq_model {
      * numa_experts is set, model.c packs only expert 0 of each layer; NULL numa = one pool. */
     bool numa_experts;
     struct epyq_model_numa *numa;
+    /* Act-order (linear.c): some linear run through epyq_rlin_run_many has a perm (set by
+     * loads that may run in parallel, hence atomic); epyq_rlin_act then keeps room for one
+     * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
+    atomic_bool has_perm;
+    float *perm_x;              /* [perm_cap_x] x gathered by a perm */
+    void *perm_act;             /* [perm_cap_act] its prepared activation */
+    size_t perm_cap_x, perm_cap_act;
 };
 
 struct epyq_seq {
@@ -128,6 +138,13 @@ int32_t epyq_rlin_pieces(int32_t n_threads, const epyq_rlin_out *outs, int32_t n
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1, const epyq_act *a,
                float *y, int32_t ldy);
 epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact, epyq_err *err);
+/* An expert's (routed or shared) gate/up/down, for the fused expert kernel, which reads one
+ * activation for gate and up and forms down's input itself: an act-order down's column order
+ * is absorbed by reordering gate's and up's output rows (down->perm stays NULL), and gate and
+ * up must share one column order (gate->perm, applied when the rows are gathered). */
+epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up, epyq_rlin *down,
+                                  const epyq_linear *gs, const epyq_linear *us, const epyq_linear *ds,
+                                  epyq_err *err);
 void epyq_rlin_free(epyq_rlin *l);
 uint64_t epyq_rlin_bytes(const epyq_rlin *l);
 void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
