@@ -277,6 +277,41 @@ START_TEST(quark_variants) {
 }
 END_TEST
 
+/* Issue 13: Quark layer_quant_config (name patterns) and layer_type_quant_config ("Linear")
+ * replace the global weight spec for the modules they name; a null weight leaves them 16-bit.
+ * Exclude still wins, then per-layer, then per-type, then global. */
+START_TEST(quark_layer_overrides) {
+    const char *spec = "{\"weight\": {\"dtype\": \"int4\", \"qscheme\": \"per_group\", \"group_size\": 64, "
+                       "\"ch_axis\": -1, \"symmetric\": true, \"is_dynamic\": false}, \"input_tensors\": null}";
+    char to[1024];
+    snprintf(to, sizeof to,
+             "\"layer_quant_config\": {\"model.language_model.layers.0.mlp.experts.0.gate_proj\": %s, "
+             "\"re:.*experts\\\\.1\\\\..*\": {\"weight\": null}, \"*.layers.1.mlp.experts.*\": %s}",
+             spec, spec);
+    char *s = variant(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", to);
+    epyq_config c;
+    parse_ok(&c, s, NULL, NULL);
+    epyq_qscheme q = epyq_qconfig_for(&c, EXP); /* exact entry */
+    ck_assert(q.quantized && q.group_size == 64 && q.sym);
+    ck_assert(!epyq_qconfig_for(&c, "model.language_model.layers.0.mlp.experts.1.up_proj").quantized); /* re:, null */
+    q = epyq_qconfig_for(&c, "model.language_model.layers.1.mlp.experts.2.down_proj"); /* glob */
+    ck_assert(q.quantized && q.group_size == 64);
+    q = epyq_qconfig_for(&c, "model.language_model.layers.0.mlp.experts.2.down_proj"); /* global */
+    ck_assert(q.quantized && q.group_size == 128);
+    ck_assert(!epyq_qconfig_for(&c, SHUP).quantized); /* exclude wins */
+    epyq_config_free(&c);
+    free(s);
+    /* per type: every linear not named per layer */
+    snprintf(to, sizeof to, "\"layer_type_quant_config\": {\"Linear\": %s}", spec);
+    s = variant(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", to);
+    parse_ok(&c, s, NULL, NULL);
+    ck_assert_int_eq(epyq_qconfig_for(&c, EXP).group_size, 64);
+    ck_assert(!epyq_qconfig_for(&c, ROUTER).quantized);
+    epyq_config_free(&c);
+    free(s);
+}
+END_TEST
+
 START_TEST(quark_refusals) {
     refuse(EPYQ_QF_QUARK, "\"dtype\": \"int4\"", "\"dtype\": \"fp8_e4m3\"", EPYQ_E_QUANT, "dtype \"fp8_e4m3\"");
     refuse(EPYQ_QF_QUARK, "\"weight_format\": \"real_quantized\"", "\"weight_format\": \"fake_quantized\"", EPYQ_E_QUANT,
@@ -286,8 +321,20 @@ START_TEST(quark_refusals) {
     refuse(EPYQ_QF_QUARK, "\"group_size\": 128", "\"group_size\": 16", EPYQ_E_QUANT, "group_size 16");
     refuse(EPYQ_QF_QUARK, "\"input_tensors\": null", "\"input_tensors\": {\"dtype\": \"fp8_e4m3\"}", EPYQ_E_QUANT,
            "activation quantization");
-    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", "\"layer_quant_config\": {\"*experts*\": {}}", EPYQ_E_QUANT,
-           "layer_quant_config");
+    /* per-layer / per-type entries are supported (quark_layer_overrides); refused inside them:
+     * a dtype other than the global one, activation specs, types other than Linear */
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"weight\": {\"dtype\": \"uint4\", \"qscheme\": \"per_group\","
+           " \"group_size\": 128, \"ch_axis\": -1, \"symmetric\": false}}}",
+           EPYQ_E_QUANT, "layer_quant_config[\"*experts.1.*\"]: weight dtype uint4 differs from the global int4");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"input_tensors\": {\"dtype\": \"fp8_e4m3\"}}}", EPYQ_E_QUANT,
+           "layer_quant_config[\"*experts.1.*\"].input_tensors is set");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", "\"layer_type_quant_config\": {\"Embedding\": {}}",
+           EPYQ_E_QUANT, "layer_type_quant_config[\"Embedding\"]: only \"Linear\"");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"weight\": {\"dtype\": \"int4\", \"qscheme\": \"per_channel\"}}}",
+           EPYQ_E_QUANT, "layer_quant_config[\"*experts.1.*\"] qscheme \"per_channel\"");
     refuse(EPYQ_QF_QUARK, "\"ch_axis\": -1", "\"ch_axis\": 0", EPYQ_E_QUANT, "ch_axis 0");
     refuse(EPYQ_QF_QUARK, "\"is_dynamic\": false", "\"is_dynamic\": true", EPYQ_E_QUANT, "is_dynamic");
     refuse(EPYQ_QF_QUARK, "\"export\": {", "\"exporx\": {", EPYQ_E_QUANT, "no export block");
@@ -334,6 +381,7 @@ int main(void) {
     tcase_add_test(tc, ct_refusals);
     tcase_add_test(tc, quark_variants);
     tcase_add_test(tc, quark_refusals);
+    tcase_add_test(tc, quark_layer_overrides);
     tcase_add_test(tc, awq_and_unknown);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
