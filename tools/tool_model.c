@@ -234,12 +234,19 @@ const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads) {
 }
 
 epyq_status epyq_tool_ctx(const epyq_config *cfg, int64_t want, bool explicit_c, int32_t *out, epyq_err *err) {
-    const int64_t max = cfg->max_position_embeddings;
-    if (explicit_c && (want < 1 || want > max))
+    const int64_t max = cfg->max_ctx;
+    if (explicit_c && (want < 1 || want > max)) {
+        if (cfg->yarn)
+            return epyq_err_set(err, EPYQ_E_ARG,
+                                "-c %lld: the model's context is %lld tokens (YaRN: original_max_position_embeddings "
+                                "%lld x factor %g; max_position_embeddings %lld); expected -c in [1, %lld]",
+                                (long long)want, (long long)max, (long long)cfg->yarn_orig_ctx, cfg->yarn_factor,
+                                (long long)cfg->max_position_embeddings, (long long)max);
         return epyq_err_set(err, EPYQ_E_ARG,
-                            "-c %lld: the model's context is %lld tokens (max_position_embeddings%s); expected "
-                            "-c in [1, %lld]",
-                            (long long)want, (long long)max, "", (long long)max);
+                            "-c %lld: the model's context is %lld tokens (max_position_embeddings, no rope scaling); "
+                            "expected -c in [1, %lld]",
+                            (long long)want, (long long)max, (long long)max);
+    }
     *out = (int32_t)(want < max ? want : max);
     return EPYQ_OK;
 }

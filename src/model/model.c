@@ -187,7 +187,7 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     m->layers = calloc((size_t)m->L, sizeof(epyq_layer_rw));
     if (!m->inv_freq || !m->layers) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
     /* angles are formed in double at run time; only the frequencies are stored */
-    for (int32_t i = 0; i < m->rd / 2; i++) m->inv_freq[i] = pow(c->rope_theta, -2.0 * i / m->rd);
+    epyq_config_rope_freq(c, m->inv_freq, &m->rope_attn);
     for (int32_t l = 0; l < m->L; l++) {
         epyq_layer_rw *ly = &m->layers[l];
         ly->slot = w->layers[l].full_attn ? m->n_attn++ : m->n_gdn++;

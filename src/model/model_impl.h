@@ -69,6 +69,7 @@ struct epyq_model {
     int32_t E, topk, I, Is;
     float eps;
     double *inv_freq;           /* [rd/2] rotary frequencies (double: angles reach 2.6e5 rad) */
+    double rope_attn;           /* YaRN's cos/sin scale (epyq_config_rope_freq), 1 without it */
     epyq_layer_rw *layers;           /* [L] */
     float *final_norm;          /* [H] */
     epyq_rlin lm_head;               /* [V][H] */

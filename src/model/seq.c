@@ -31,9 +31,9 @@ static float e4m3_to_f32(uint8_t c) {
 epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
                             epyq_err *err) {
     *out = NULL;
-    if (n_ctx < 1 || n_ctx > m->c->max_position_embeddings)
-        return epyq_err_set(err, EPYQ_E_ARG, "context %d outside [1, %lld] (max_position_embeddings)",
-                            n_ctx, (long long)m->c->max_position_embeddings);
+    if (n_ctx < 1 || n_ctx > m->c->max_ctx)
+        return epyq_err_set(err, EPYQ_E_ARG, "context %d outside [1, %lld] (%s)", n_ctx, (long long)m->c->max_ctx,
+                            m->c->yarn ? "YaRN: original_max_position_embeddings x factor" : "max_position_embeddings");
     epyq_seq *s = calloc(1, sizeof *s);
     if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "sequence: out of memory");
     s->m = m, s->n_ctx = n_ctx, s->kv = kv;

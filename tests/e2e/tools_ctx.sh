@@ -73,4 +73,13 @@ expect 0 "run -c 262144" "$EPYQ" run -m "$L" -t 1 -n 2 --temp 0 -c 262144 -p "$P
 grep '^{"event":"context"' "$T/err" | jq -e '.n_ctx == 262144 and .kv_bytes > 0' >/dev/null &&
     ok "262144-token context: $(grep '^{"event":"context"' "$T/err" | jq .kv_bytes) KV bytes" || fail "no 262144 context line"
 expect 1 "run -c 262145" "$EPYQ" run -m "$L" -t 1 -n 2 -c 262145 -p "$P"
+
+# rope scaling allows more than max_position_embeddings: YaRN factor 4 over 4096
+Y="$T/yarn"
+cp -r "$M" "$Y"
+sed -i 's/"rope_type": *"default"/"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096/' "$Y/config.json"
+expect 0 "run -c 16384 under YaRN x4" "$EPYQ" run -m "$Y" -t 1 -n 2 --temp 0 -c 16384 -p "$P"
+expect 1 "run -c 16385 under YaRN x4" "$EPYQ" run -m "$Y" -t 1 -n 2 -c 16385 -p "$P"
+grep -q '^epyq: -c 16385: .*16384 tokens (YaRN: original_max_position_embeddings 4096 x factor 4; max_position_embeddings 4096)' "$T/err" ||
+    fail "YaRN -c refusal: $(cat "$T/err")"
 finish

@@ -1,4 +1,6 @@
-/* tests/unit/test_model_actorder.c — act-order int4 (issue 13): GPTQ desc_act with a
+/* tests/unit/test_model_variants.c — checkpoint variants of issue 13 through the runtime.
+ *
+ * Act-order int4: GPTQ desc_act with a
  * non-trivial g_idx and compressed-tensors actorder "group" with weight_g_idx, written by
  * `epyq synth --act-order` (each module's columns quantized in a random order of its own,
  * stored in the original order). The runtime packs each linear's columns in g_idx group
@@ -6,12 +8,19 @@
  * g_idx directly. Runtime vs reference: prefill + teacher-forced decode on both numeric
  * paths within the bounds test_model_synth uses (KL mean < 1e-3, max < 1e-2 nats, argmax
  * agreement above the paths' margins), and the NUMA expert path (split 2, whole experts)
- * bit-identical to the single pool. */
+ * bit-identical to the single pool.
+ *
+ * YaRN rope scaling (rope_type "yarn" in rope_parameters): a tiny checkpoint with factor 4
+ * over an original context of 1024, runtime vs reference within the same bounds, and its
+ * logits measurably different from the same weights without scaling (the scaling is applied,
+ * not parsed and ignored). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "load/weights.h"
 #include "model/model.h"
 #include "model/sample.h"
@@ -138,11 +147,77 @@ START_TEST(test_actorder_vs_ref) {
 }
 END_TEST
 
+/* config.json with its "rope_type": "default" replaced by `with` (the synth writes it once). */
+static void edit_config(const char *dir, const char *with) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *txt = NULL;
+    epyq_err err = {0};
+    ck_assert(epyq_file_read(path, 1 << 20, &txt, NULL, &err) == EPYQ_OK);
+    const char *key = "\"rope_type\": \"default\"";
+    char *at = strstr(txt, key);
+    ck_assert_ptr_nonnull(at);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%.*s%s%s", (int)(at - txt), txt, with, at + strlen(key));
+    fclose(f);
+    free(txt);
+}
+
+START_TEST(test_yarn_vs_ref) {
+    char *dir = epyq_test_tmpdir();
+    epyq_err err = {0};
+    epyq_synth_opts o = {.out_dir = dir, .format = EPYQ_SYNTH_CT, .seed = 5};
+    ck_assert(epyq_synth_dims_init(&o.dims, "tiny", 0, 0, 0, &err) == EPYQ_OK);
+    epyq_synth_stats sst;
+    ck_assert_msg(epyq_synth_write(&o, &sst, &err) == EPYQ_OK, "%s", err.msg);
+    int ids[NP + ND];
+    for (int i = 0; i < NP + ND; i++) ids[i] = (i * 211 + 7) % 997;
+    epyq_weights *w = NULL;
+    epyq_bind_opts bo = {0};
+    ck_assert(epyq_weights_bind(&w, dir, &bo, &err) == EPYQ_OK);
+    const int V = w->cfg.vocab_size, R = NP + ND;
+    epyq_weights_free(w);
+    float *plain = malloc((size_t)R * V * sizeof(float)), *got = malloc((size_t)R * V * sizeof(float));
+    float *ref = malloc((size_t)R * V * sizeof(float));
+    double *lg = malloc((size_t)V * sizeof(double));
+    run_model(dir, EPYQ_PATH_A16, NULL, 0, ids, V, plain);
+    edit_config(dir, "\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 1024");
+    ck_assert(epyq_weights_bind(&w, dir, &bo, &err) == EPYQ_OK);
+    ck_assert(w->cfg.yarn && w->cfg.max_ctx == 4096);
+    epyq_ref *r = NULL;
+    ck_assert(epyq_ref_create(&r, w, R + 2, &err) == EPYQ_OK);
+    for (int t = 0; t < R; t++) {
+        ck_assert(epyq_ref_forward(r, ids[t], lg, NULL, &err) == EPYQ_OK);
+        for (int i = 0; i < V; i++) ref[(size_t)t * V + i] = (float)lg[i];
+    }
+    epyq_ref_free(r);
+    epyq_weights_free(w);
+    run_model(dir, EPYQ_PATH_A16, NULL, 0, ids, V, got);
+    conform_stats st;
+    conform_init(&st);
+    conform_add(&st, ref, got, R, V);
+    conform_print("yarn ct a16", &st);
+    ck_assert_msg(st.kl_mean < 1e-3 && st.kl_max < 1e-2, "yarn: KL %g / %g", st.kl_mean, st.kl_max);
+    ck_assert_msg(st.flip_margin <= 0.05, "yarn: argmax differs at a margin of %g", st.flip_margin);
+    /* the scaling changes the answer: row 0 (position 0, no rotation) does not move, later
+     * rows do, by far more than the runtime's error against the reference */
+    double d0 = 0, dmax = 0;
+    for (int i = 0; i < V; i++) d0 = fmax(d0, fabs(plain[i] - got[i]));
+    for (size_t i = (size_t)V; i < (size_t)R * V; i++) dmax = fmax(dmax, fabs(plain[i] - got[i]));
+    printf("yarn vs plain rope: max|dlogit| %.3g at position 0, %.3g after (runtime vs ref %.3g)\n", d0, dmax,
+           st.max_abs);
+    ck_assert_msg(d0 == 0 && dmax > 10 * st.max_abs, "yarn: %g / %g", d0, dmax);
+    free(plain), free(got), free(ref), free(lg), free(dir);
+}
+END_TEST
+
 int main(void) {
-    Suite *s = suite_create("model_actorder");
-    TCase *tc = tcase_create("actorder");
+    Suite *s = suite_create("model_variants");
+    TCase *tc = tcase_create("variants");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_actorder_vs_ref, 0, (int)(sizeof formats / sizeof formats[0]));
+    tcase_add_test(tc, test_yarn_vs_ref);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
