@@ -165,9 +165,10 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
                 dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6);
     else
         fprintf(stderr,
-                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"threads\":%d,"
+                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"threads\":%d,"
                 "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu}\n",
-                (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active);
+                (unsigned long long)p.bytes, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
+                (unsigned long long)active);
     return EPYQ_OK;
 }
 

@@ -20,7 +20,8 @@ epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **o
 
 /* epyq_model_load() with the tools' load display: on a TTY (stderr) a progress line with GB
  * of checkpoint packed and GB/s, then a one-line summary (GB, seconds, threads, kernels,
- * bytes streamed per token); otherwise one JSON line {"event":"model_loaded",…} on stderr.
+ * bytes streamed per token); otherwise one JSON line {"event":"model_loaded",…} on stderr, with
+ * the same load throughput (gb_per_s: checkpoint GB read and packed per second).
  * opts->progress is overridden. */
 epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
                                  epyq_err *err);

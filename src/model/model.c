@@ -210,6 +210,27 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     return EPYQ_OK;
 }
 
+/* A load that cannot fit is refused before anything is packed, with the numbers: the runtime
+ * keeps the int4 linears repacked and the 16-bit tensors copied (the mapping itself is page
+ * cache, which MemAvailable already counts as reclaimable). */
+static epyq_status check_fits(const epyq_weights *w, const char *dir, epyq_err *err) {
+    uint64_t avail;
+    char src[64];
+    if (!epyq_mem_available(&avail, src, sizeof src)) return EPYQ_OK;
+    epyq_weights_stats s;
+    epyq_weights_stats_get(w, &s);
+    if (s.resident_bytes <= avail) return EPYQ_OK;
+    uint64_t q4 = 0, dense = 0;
+    for (int k = 0; k < EPYQ_MK_COUNT; k++) q4 += s.kind[k].q4_bytes, dense += s.kind[k].dense_bytes;
+    char b[5][32];
+    return epyq_err_set(err, EPYQ_E_NOMEM,
+                        "%s: the model needs %s of memory (weights as the runtime holds them; on disk %s int4, "
+                        "%s 16-bit linears, %s other tensors) but %s is available (%s); nothing was loaded",
+                        dir, epyq_numa_size(s.resident_bytes, b[0], 32), epyq_numa_size(q4, b[1], 32),
+                        epyq_numa_size(dense, b[2], 32), epyq_numa_size(s.other_bytes, b[3], 32),
+                        epyq_numa_size(avail, b[4], 32), src);
+}
+
 epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
                             epyq_err *err) {
     *out = NULL;
@@ -223,6 +244,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     m->kt = o.kernels ? o.kernels : epyq_kern();
     epyq_bind_opts bo = {.skip_mtp = o.skip_mtp};
     epyq_status st = epyq_weights_bind(&m->w, dir, &bo, err);
+    if (st == EPYQ_OK) st = check_fits(m->w, dir, err);
     if (st == EPYQ_OK) {
         m->c = &m->w->cfg;
         m->has_mtp = m->w->has_mtp && !o.skip_mtp;

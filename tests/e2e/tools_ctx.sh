@@ -1,9 +1,10 @@
 #!/bin/sh
-# Issue 13: contexts and runtime flags in run / chat / batch on a tiny synthetic checkpoint
+# Issue 13: contexts, loading and runtime flags in run / chat / batch on a tiny synthetic checkpoint
 # (max_position_embeddings 4096): a prompt one token past -c is refused with the counts, a -c
 # above the model's context is refused naming both numbers (no silent clamp), --kv-type and
 # the NUMA flags / EPYQ_NUMA* variables are taken by all three and the KV memory is reported,
-# and a 262,144-token context is allocated when the config allows it.
+# a 262,144-token context is allocated when the config allows it (and more under YaRN), and a
+# load that cannot fit in memory is refused before it starts.
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 P="The quick brown fox"
@@ -73,6 +74,18 @@ expect 0 "run -c 262144" "$EPYQ" run -m "$L" -t 1 -n 2 --temp 0 -c 262144 -p "$P
 grep '^{"event":"context"' "$T/err" | jq -e '.n_ctx == 262144 and .kv_bytes > 0' >/dev/null &&
     ok "262144-token context: $(grep '^{"event":"context"' "$T/err" | jq .kv_bytes) KV bytes" || fail "no 262144 context line"
 expect 1 "run -c 262145" "$EPYQ" run -m "$L" -t 1 -n 2 -c 262145 -p "$P"
+
+# loading: refused before it starts when it cannot fit, with the numbers; the load line
+# reports its throughput
+expect 1 "run with 1 MB available" env EPYQ_MEM_AVAILABLE=1000000 "$EPYQ" $R -p "$P"
+grep -q "^epyq: $M: the model needs .* MiB of memory .* but 1.0 MiB is available (EPYQ_MEM_AVAILABLE); nothing was loaded$" "$T/err" ||
+    fail "memory refusal: $(cat "$T/err")"
+grep -q model_loaded "$T/err" && fail "memory refusal came after the load"
+expect 1 "batch with 1 MB available" env EPYQ_MEM_AVAILABLE=1000000 "$EPYQ" batch -m "$M" -t 1 -i "$T/b.jsonl" -o "$T/b4.out"
+grep -q 'nothing was loaded' "$T/err" || fail "batch: no memory refusal"
+expect 0 "run with 1 GB available" env EPYQ_MEM_AVAILABLE=1000000000 "$EPYQ" $R -p "$P"
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.gb_per_s > 0 and .bytes > 0' >/dev/null &&
+    ok "load line: $(grep '^{"event":"model_loaded"' "$T/err" | jq .gb_per_s) GB/s" || fail "load line without gb_per_s"
 
 # rope scaling allows more than max_position_embeddings: YaRN factor 4 over 4096
 Y="$T/yarn"
