@@ -188,7 +188,7 @@ void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *
     epyq_rlin_run_many(m, &o, 1, a);
 }
 
-/* Rows r of q [n][k], s and z [n][ng/n] become rows row_order[r]'s (act-order experts). */
+/* Row r of q [n][k], s and z [n][gpr] becomes row row_order[r] of the originals (act-order experts). */
 static bool reorder_rows(uint8_t *q, float *s, uint8_t *z, int32_t n, int32_t k, int32_t gpr, const int32_t *order) {
     uint8_t *q2 = malloc((size_t)n * k), *z2 = malloc((size_t)n * gpr);
     float *s2 = malloc((size_t)n * gpr * sizeof *s2);
