@@ -552,11 +552,12 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         double expert_tok = 0.0;
         for (int32_t g = 0; g < n_gb; g++) expert_tok += p->groups[g].traffic;
         double dense_share = (double)model->dense_token_bytes / ((double)model->dense_token_bytes + expert_tok);
+        char more[32];
         add_note(p,
                  "dense weights are %.0f%% of the bytes read per token and %d of %d interleaved pages are remote; "
-                 "--numa replicate-dense makes them local for %.2f GiB more per node",
+                 "--numa replicate-dense makes them local for %s more per node",
                  100.0 * dense_share, (int)n_gb - 1, (int)n_gb,
-                 (double)(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb) / GIB);
+                 epyq_numa_size(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb, more, sizeof more));
     }
 
     for (int32_t g = 0; g < t->n_nodes; g++) free(gb[g].pus);
