@@ -177,7 +177,8 @@ void epyq_model_numa_free(epyq_model *m) {
         epyq_rlin *lin[DENSE_MAX];
         int32_t cnt = dense_lins(m, lin);
         for (int32_t i = 0; i < cnt; i++)
-            if (placed(n, lin[i]->q4 ? lin[i]->w4.mem : (void *)lin[i]->bf16)) memset(lin[i], 0, sizeof *lin[i]);
+            if (placed(n, lin[i]->q4 ? lin[i]->w4.mem : (void *)lin[i]->bf16))
+                free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
         epyq_numa_buf_free(&n->dense);
     }
     for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
