@@ -24,10 +24,18 @@ void *epyq_model_alloc(size_t n, size_t size) {
 
 /* ---- act-order: a linear with a perm reads x[t][perm[j]] as its column j ---- */
 
-/* Room in the model's scratch for one permuted copy of a [rows][k] input (see has_perm). */
+/* Distinct column orders prepared for one pool run (more are run in further pool runs): real
+ * GPTQ checkpoints give every projection of one input the same order (they share a Hessian),
+ * so one slot is the usual need; synth --act-order gives q/k/v and qkv/z orders of their own. */
+enum { PERM_SLOTS = 4 };
+
+static size_t perm_act_stride(size_t na) { return (na + 63) & ~(size_t)63; }
+
+/* Room in the model's scratch for PERM_SLOTS permuted copies of a [rows][k] input. */
 static epyq_status perm_room(epyq_model *m, int32_t rows, int32_t k, epyq_err *err) {
     if (!atomic_load(&m->has_perm)) return EPYQ_OK;
-    size_t nx = (size_t)rows * (size_t)k, na = epyq_act_bytes(rows, k, m->gs, EPYQ_PATH_A16);
+    size_t nx = (size_t)rows * (size_t)k * PERM_SLOTS,
+           na = perm_act_stride(epyq_act_bytes(rows, k, m->gs, EPYQ_PATH_A16)) * PERM_SLOTS;
     if (nx > m->perm_cap_x) {
         free(m->perm_x);
         m->perm_cap_x = 0;
@@ -50,16 +58,18 @@ static bool same_perm(const epyq_rlin *a, const epyq_rlin *b) {
     return a->perm && b->perm && a->k == b->k && !memcmp(a->perm, b->perm, (size_t)a->k * sizeof *a->perm);
 }
 
-/* a's input gathered by perm into the model's scratch, prepared for the A16 path. */
-static void perm_act(epyq_model *m, const int32_t *perm, const epyq_act *a, epyq_act *pa) {
+/* a's input gathered by perm into scratch slot `slot`, prepared for a's path. */
+static void perm_act(epyq_model *m, int32_t slot, const int32_t *perm, const epyq_act *a, epyq_act *pa) {
     const int32_t rows = a->m, k = a->k;
+    float *xs = m->perm_x + (size_t)slot * (size_t)rows * (size_t)k;
+    uint8_t *as = (uint8_t *)m->perm_act + (size_t)slot * perm_act_stride(epyq_act_bytes(rows, k, a->gs, a->path));
     for (int32_t t = 0; t < rows; t++) {
         const float *x = a->f32 + (size_t)t * k;
-        float *xp = m->perm_x + (size_t)t * k;
+        float *xp = xs + (size_t)t * k;
         for (int32_t j = 0; j < k; j++) xp[j] = x[perm[j]];
     }
-    *pa = (epyq_act){.m = rows, .k = k, .gs = a->gs, .path = a->path, .f32 = m->perm_x};
-    m->kt->act_prep(pa, m->perm_x, rows, k, a->gs, a->path, m->perm_act);
+    *pa = (epyq_act){.m = rows, .k = k, .gs = a->gs, .path = a->path, .f32 = xs};
+    m->kt->act_prep(pa, xs, rows, k, a->gs, a->path, as);
 }
 
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
@@ -134,7 +144,7 @@ typedef struct {
     const epyq_model *m;
     const epyq_rlin_out *outs;
     const epyq_gemm_piece *pc;
-    const epyq_act *a;
+    const epyq_act *const *acts; /* [outputs] the activation each output reads */
 } gemm_job;
 
 static void gemm_task(void *ctx, int32_t task, int32_t worker) {
@@ -142,20 +152,24 @@ static void gemm_task(void *ctx, int32_t task, int32_t worker) {
     const gemm_job *j = ctx;
     const epyq_gemm_piece *q = &j->pc[task];
     const epyq_rlin_out *o = &j->outs[q->out];
-    epyq_rlin_rows(j->m, o->l, q->n0, q->n1, j->a, o->y, o->ldy);
+    epyq_rlin_rows(j->m, o->l, q->n0, q->n1, j->acts[q->out], o->y, o->ldy);
+}
+
+/* One pool run over at most MAX_OUTS outputs, output i reading acts[i]. */
+static void run_outs(epyq_model *m, const epyq_rlin_out *outs, int32_t c, const epyq_act *const *acts) {
+    epyq_gemm_piece pc[MAX_PIECES];
+    int32_t np = epyq_rlin_pieces(m->pool ? m->n_threads : 1, outs, c, acts[0]->m, pc, MAX_PIECES);
+    gemm_job j = {m, outs, pc, acts};
+    if (np <= 1 || !m->pool)
+        for (int32_t t = 0; t < np; t++) gemm_task(&j, t, 0);
+    else
+        epyq_pool_run(m->pool, gemm_task, &j, np);
 }
 
 static void run_same_act(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
-    epyq_gemm_piece pc[MAX_PIECES];
-    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
-        int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
-        int32_t np = epyq_rlin_pieces(m->pool ? m->n_threads : 1, outs + i0, c, a->m, pc, MAX_PIECES);
-        gemm_job j = {m, outs + i0, pc, a};
-        if (np <= 1 || !m->pool)
-            for (int32_t t = 0; t < np; t++) gemm_task(&j, t, 0);
-        else
-            epyq_pool_run(m->pool, gemm_task, &j, np);
-    }
+    const epyq_act *acts[MAX_OUTS];
+    for (int32_t i = 0; i < MAX_OUTS; i++) acts[i] = a;
+    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) run_outs(m, outs + i0, n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS, acts);
 }
 
 void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
@@ -165,22 +179,31 @@ void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, con
         run_same_act(m, outs, n, a);
         return;
     }
-    /* One pool run per distinct column order, in the order of first appearance: the outputs
-     * of one run share an activation (GPTQ gives q/k/v one order, as they share a Hessian). */
-    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
-        int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
-        bool done[MAX_OUTS] = {false};
-        for (int32_t i = 0; i < c; i++) {
-            if (done[i]) continue;
-            epyq_rlin_out sel[MAX_OUTS];
-            int32_t ns = 0;
-            for (int32_t j = i; j < c; j++)
-                if (!done[j] && same_perm(outs[i0 + i].l, outs[i0 + j].l)) sel[ns++] = outs[i0 + j], done[j] = true;
-            epyq_act pa;
-            if (sel[0].l->perm) perm_act(m, sel[0].l->perm, a, &pa);
-            run_same_act(m, sel, ns, sel[0].l->perm ? &pa : a);
+    /* Each distinct column order gets its activation prepared once, in a scratch slot; the
+     * outputs still share one pool run (up to PERM_SLOTS orders and MAX_OUTS outputs a run). */
+    epyq_rlin_out sel[MAX_OUTS];
+    const epyq_act *acts[MAX_OUTS];
+    epyq_act pa[PERM_SLOTS];
+    const epyq_rlin *slot_of[PERM_SLOTS];
+    int32_t ns = 0, nslots = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const epyq_rlin *l = outs[i].l;
+        int32_t s = -1;
+        for (int32_t q = 0; l->perm && q < nslots && s < 0; q++)
+            if (same_perm(slot_of[q], l)) s = q;
+        if (ns == MAX_OUTS || (l->perm && s < 0 && nslots == PERM_SLOTS)) { /* run what is gathered */
+            run_outs(m, sel, ns, acts);
+            ns = nslots = 0, s = -1;
         }
+        if (l->perm && s < 0) {
+            s = nslots++;
+            slot_of[s] = l;
+            perm_act(m, s, l->perm, a, &pa[s]);
+        }
+        sel[ns] = outs[i];
+        acts[ns++] = l->perm ? &pa[s] : a;
     }
+    if (ns) run_outs(m, sel, ns, acts);
 }
 
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy) {
