@@ -356,18 +356,28 @@ static uint64_t need_of(const epyq_numa_group *g) { return g->expert_bytes + g->
 
 /* Every node must hold its share. With a fallback, experts move (last layer first) from
  * nodes over capacity to the node with the most room. */
-static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, bool fallback, uint64_t reserve,
-                                epyq_err *err) {
+uint64_t epyq_numa_node_reserve(uint64_t reserve_bytes, uint64_t node_mem) {
+    return reserve_bytes < node_mem / 16 ? reserve_bytes : node_mem / 16;
+}
+
+const char *epyq_numa_size(uint64_t bytes, char *buf, size_t n) {
+    if (bytes >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)bytes / GIB);
+    else snprintf(buf, n, "%.1f MiB", (double)bytes / (1024.0 * 1024.0));
+    return buf;
+}
+
+static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, bool fallback, epyq_err *err) {
     for (int32_t g = 0; g < p->n_groups; g++) {
         epyq_numa_group *gr = &p->groups[g];
         if (need_of(gr) <= gr->capacity) continue;
         if (!fallback || gr->dense_bytes > gr->capacity) {
+            char b[5][32];
             return epyq_err_set(err, EPYQ_E_NOMEM,
-                                "numa plan: node %d needs %.2f GiB (experts %.2f GiB + dense %.2f GiB) but has "
-                                "%.2f GiB after the %.2f GiB reserve%s",
-                                (int)gr->node, (double)need_of(gr) / GIB, (double)gr->expert_bytes / GIB,
-                                (double)gr->dense_bytes / GIB, (double)gr->capacity / GIB,
-                                (double)reserve / GIB,
+                                "numa plan: node %d needs %s (experts %s + dense %s) but has %s after the %s "
+                                "reserve%s",
+                                (int)gr->node, epyq_numa_size(need_of(gr), b[0], 32),
+                                epyq_numa_size(gr->expert_bytes, b[1], 32), epyq_numa_size(gr->dense_bytes, b[2], 32),
+                                epyq_numa_size(gr->capacity, b[3], 32), epyq_numa_size(gr->reserve, b[4], 32),
                                 fallback ? " (dense weights alone do not fit)"
                                          : "; use --numa-fallback, more nodes, or less -t/--nodes restriction");
         }
@@ -392,12 +402,13 @@ static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, boo
                         total_need += need_of(&p->groups[h]);
                         total_cap += p->groups[h].capacity;
                     }
+                    char b[3][32];
                     return epyq_err_set(err, EPYQ_E_NOMEM,
-                                        "numa plan: the model needs %.2f GiB but the %d node%s used have %.2f GiB "
-                                        "after reserves; node %d is still %.2f GiB short",
-                                        (double)total_need / GIB, (int)p->n_groups, p->n_groups == 1 ? "" : "s",
-                                        (double)total_cap / GIB, (int)gr->node,
-                                        (double)(need_of(gr) - gr->capacity) / GIB);
+                                        "numa plan: the model needs %s but the %d node%s used have %s after reserves; "
+                                        "node %d is still %s short",
+                                        epyq_numa_size(total_need, b[0], 32), (int)p->n_groups,
+                                        p->n_groups == 1 ? "" : "s", epyq_numa_size(total_cap, b[1], 32),
+                                        (int)gr->node, epyq_numa_size(need_of(gr) - gr->capacity, b[2], 32));
                 }
                 *slot = (int16_t)dest;
                 gr->expert_bytes -= m->expert_bytes;
@@ -513,8 +524,13 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         /* Unbound modes (off, numactl) are checked against all memory the policy allows. */
         uint64_t mem = ti >= 0 && p->bind_memory ? (node_has_memory(&t->nodes[ti]) ? t->nodes[ti].mem_bytes : 0)
                                                  : total_mem / (uint64_t)n_gb;
-        uint64_t reserve = opts->reserve_bytes;
-        gr->capacity = mem > reserve ? mem - reserve : 0;
+        if (t->mem_placeholder) {
+            /* no memory was given: plan the placement, check nothing */
+            gr->capacity = UINT64_MAX;
+        } else {
+            gr->reserve = epyq_numa_node_reserve(opts->reserve_bytes, mem);
+            gr->capacity = mem - gr->reserve;
+        }
         snprintf(gr->note, sizeof gr->note, "%s", gb[g].note);
     }
     if ((st = assign_threads(p, gb, n_gb, opts->n_threads, err)) != EPYQ_OK) goto fail;
@@ -525,7 +541,10 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         uint64_t share = model->dense_bytes / (uint64_t)n_gb + ((uint64_t)g < model->dense_bytes % (uint64_t)n_gb);
         p->groups[g].dense_bytes = p->replicate_dense ? model->dense_bytes : share;
     }
-    if ((st = check_memory(p, model, fallback, opts->reserve_bytes, err)) != EPYQ_OK) goto fail;
+    if ((st = check_memory(p, model, fallback, err)) != EPYQ_OK) goto fail;
+    p->mem_unchecked = t->mem_placeholder;
+    if (t->mem_placeholder)
+        add_note(p, "memory not checked: the synthetic topology gives none (add e.g. numa:4(memory=192GiB))");
     if (opts->mode == EPYQ_NUMA_AUTO)
         add_note(p, "auto: distribute over %d node%s", (int)n_gb, n_gb == 1 ? "" : "s");
     if (n_gb > 1 && p->bind_memory && !p->replicate_dense && model->dense_token_bytes) {
@@ -533,11 +552,12 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         double expert_tok = 0.0;
         for (int32_t g = 0; g < n_gb; g++) expert_tok += p->groups[g].traffic;
         double dense_share = (double)model->dense_token_bytes / ((double)model->dense_token_bytes + expert_tok);
+        char more[32];
         add_note(p,
                  "dense weights are %.0f%% of the bytes read per token and %d of %d interleaved pages are remote; "
-                 "--numa replicate-dense makes them local for %.2f GiB more per node",
+                 "--numa replicate-dense makes them local for %s more per node",
                  100.0 * dense_share, (int)n_gb - 1, (int)n_gb,
-                 (double)(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb) / GIB);
+                 epyq_numa_size(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb, more, sizeof more));
     }
 
     for (int32_t g = 0; g < t->n_nodes; g++) free(gb[g].pus);
@@ -587,9 +607,12 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
         epyq_topo_format_list(sorted, n, pus, sizeof pus);
         snprintf(node, sizeof node, gr->node >= 0 ? "%d" : "all", (int)gr->node);
         snprintf(os, sizeof os, gr->os_index >= 0 ? "%d" : "-", (int)gr->os_index);
-        fprintf(f, "%5s %4s %8d %12.2f %10.2f %10.2f %13.2f %11.1f %8d  %s%s%s\n", node, os, (int)gr->n_experts,
+        char cap[32];
+        if (gr->capacity == UINT64_MAX) snprintf(cap, sizeof cap, "not given");
+        else snprintf(cap, sizeof cap, "%.2f", (double)gr->capacity / unit);
+        fprintf(f, "%5s %4s %8d %12.2f %10.2f %10.2f %13s %11.1f %8d  %s%s%s\n", node, os, (int)gr->n_experts,
                 (double)gr->expert_bytes / unit, (double)gr->dense_bytes / unit,
-                (double)(gr->expert_bytes + gr->dense_bytes) / unit, (double)gr->capacity / unit,
+                (double)(gr->expert_bytes + gr->dense_bytes) / unit, cap,
                 gr->traffic / (1024.0 * 1024.0), (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
         te += gr->expert_bytes;
         td += gr->dense_bytes;

@@ -42,6 +42,14 @@ typedef struct {
  * BF16. */
 void epyq_numa_model_35b_a3b(epyq_numa_model *m, bool int4);
 
+/* Memory a node of node_mem bytes keeps free: reserve_bytes, but never more than 1/16 of the
+ * node, so the 1 GiB default leaves every node of 16 GiB or more as before and a small node
+ * (a 1 GiB synthetic or split one) keeps 64 MiB instead of nothing. */
+uint64_t epyq_numa_node_reserve(uint64_t reserve_bytes, uint64_t node_mem);
+
+/* "1.50 GiB" at or above 1 GiB, "12.3 MiB" below (a tiny model is not "0.00 GiB"). */
+const char *epyq_numa_size(uint64_t bytes, char *buf, size_t n);
+
 typedef enum {
     EPYQ_NUMA_AUTO = 0,        /* distribute over the inherited nodes, falling back if one is short */
     EPYQ_NUMA_OFF,             /* one pool over all allowed CPUs, no memory binding */
@@ -58,11 +66,12 @@ typedef struct {
     const char *cpu_range;     /* -C "0-31,64-95": only these CPUs, NULL = all allowed */
     int32_t split;             /* --numa-split N: N logical nodes cut from the real ones, 0 = off */
     bool fallback;             /* --numa-fallback: move experts off nodes that lack memory */
-    uint64_t reserve_bytes;    /* per node memory kept free (KV cache, activations, OS) */
+    uint64_t reserve_bytes;    /* per node memory kept free (KV cache, activations, OS), at most:
+                                * see epyq_numa_node_reserve */
     int32_t home_cpu;          /* isolate: the node holding this CPU; -1 = the first node used */
 } epyq_numa_opts;
 
-/* Defaults: auto, all threads/nodes/CPUs, no split, 1 GiB reserve per node. */
+/* Defaults: auto, all threads/nodes/CPUs, no split, 1 GiB reserve per node (at most). */
 void epyq_numa_opts_init(epyq_numa_opts *o);
 
 /* Apply EPYQ_NUMA, EPYQ_THREADS, EPYQ_NODES, EPYQ_CPU_RANGE, EPYQ_NUMA_SPLIT (flags parsed
@@ -92,7 +101,8 @@ typedef struct {
     int32_t n_experts;         /* routed experts held, all layers */
     uint64_t expert_bytes;     /* their bytes */
     uint64_t dense_bytes;      /* dense bytes on this node (interleave share or full replica) */
-    uint64_t capacity;         /* node memory minus the reserve */
+    uint64_t capacity;         /* node memory minus the reserve (UINT64_MAX: memory not given) */
+    uint64_t reserve;          /* what this node keeps free (epyq_numa_node_reserve) */
     double traffic;            /* expected expert bytes read from this node per token */
     char note[128];            /* e.g. "+ CPUs of memoryless node 1" */
 } epyq_numa_group;
@@ -111,6 +121,7 @@ typedef struct {
     bool split;                /* groups are logical nodes of a --numa-split topology */
     bool shared_cores;         /* split finer than the cores: groups share CPUs */
     bool fallback_used;        /* experts were moved because a node lacked memory */
+    bool mem_unchecked;        /* the topology gave no memory sizes (see epyq_topo.mem_placeholder) */
     uint64_t model_bytes;      /* expert + dense bytes of one copy of the model */
     char topo_source[256];
     char model_name[64];

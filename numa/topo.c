@@ -142,6 +142,7 @@ epyq_status epyq_topo_clone(const epyq_topo *src, epyq_topo **out, epyq_err *err
     t->this_system = src->this_system;
     t->split = src->split;
     t->shared_cores = src->shared_cores;
+    t->mem_placeholder = src->mem_placeholder;
     memcpy(t->source, src->source, sizeof t->source);
     for (int32_t i = 0; i < src->n_nodes; i++) {
         const epyq_topo_node *s = &src->nodes[i];
@@ -369,6 +370,9 @@ epyq_status epyq_topo_load(epyq_topo **out, const char *spec, epyq_err *err) {
     if (st != EPYQ_OK) goto done;
     snprintf(t->source, sizeof t->source, "%s", source);
     t->this_system = real;
+    /* hwloc gives every NUMA node of a synthetic string 1 GiB unless memory= says otherwise:
+     * that is a placeholder, not a machine, and no model would fit it. */
+    t->mem_placeholder = !real && strncmp(source, "xml ", 4) != 0 && !strstr(spec, "memory=");
     if (real) {
         fix_single_node_memory(t);
         st = restrict_to_process(t, err);
@@ -490,6 +494,7 @@ epyq_status epyq_topo_split(const epyq_topo *src, int32_t n, epyq_topo **out, ep
     t->n_packages = 1;
     snprintf(t->source, sizeof t->source, "split %d of %.200s", (int)n, src->source);
     t->this_system = src->this_system;
+    t->mem_placeholder = src->mem_placeholder;
     for (int32_t k = 0; k < n; k++) {
         /* Contiguous core ranges; with fewer cores than nodes, node k shares core k % cores. */
         int32_t lo = n <= n_cores ? (int32_t)((int64_t)k * n_cores / n) : k % n_cores;
@@ -557,8 +562,11 @@ void epyq_topo_print(FILE *f, const epyq_topo *t) {
         epyq_topo_format_list(n->pus, n->n_pus, list, sizeof list);
         int32_t cores[4096];
         int32_t nc = epyq_topo_node_cores(n, cores, 4096);
-        fprintf(f, "  node %d (os %d, package %d): %.1f GiB%s, %d cores / %d PUs: %s\n", (int)i, (int)n->os_index,
-                (int)n->package, (double)n->mem_bytes / (double)(1ull << 30),
-                n->mem_allowed ? "" : " (not in membind)", (int)nc, (int)n->n_pus, list);
+        char mem[48];
+        if (t->mem_placeholder) snprintf(mem, sizeof mem, "memory not given");
+        else if (n->mem_bytes < (1ull << 30)) snprintf(mem, sizeof mem, "%.1f MiB", (double)n->mem_bytes / (1 << 20));
+        else snprintf(mem, sizeof mem, "%.1f GiB", (double)n->mem_bytes / (double)(1ull << 30));
+        fprintf(f, "  node %d (os %d, package %d): %s%s, %d cores / %d PUs: %s\n", (int)i, (int)n->os_index,
+                (int)n->package, mem, n->mem_allowed ? "" : " (not in membind)", (int)nc, (int)n->n_pus, list);
     }
 }

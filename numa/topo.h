@@ -37,6 +37,8 @@ typedef struct {
     bool this_system;      /* describes the running machine: binding and move_pages apply */
     int32_t split;         /* N for a --numa-split N topology, else 0 */
     bool shared_cores;     /* split into more nodes than cores: some logical nodes share cores */
+    bool mem_placeholder;  /* a synthetic string without memory=: hwloc's 1 GiB per node stands
+                            * for "not given", so plans do not check memory against it */
     char source[256];      /* "this machine", "synthetic <string>", "xml <path>", "split N of ..." */
 } epyq_topo;
 

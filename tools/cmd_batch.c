@@ -42,8 +42,9 @@ static void on_signal(int sig) { g_stop = sig; }
 typedef struct {
     const char *dir, *synthetic, *in, *out;
     int max_batch, ctx, threads, chunk;
-    bool resume;
+    bool resume, ctx_set;
     epyq_numpath path;
+    epyq_tool_rt rt; /* --kv-type, --numa... (tools/tool_model.h) */
 } opts;
 
 typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED } job_state;
@@ -101,10 +102,12 @@ static void usage(FILE *f) {
             "  --resume              skip custom_ids already in the output, append the rest\n"
             "  -t, --threads N       threads (default: all allowed CPUs)\n"
             "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
+            "%s"
             "  -h, --help            this text\n"
             "\n"
             "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
-            "results are on disk; rerun with --resume), 1 fatal error.\n");
+            "results are on disk; rerun with --resume), 1 fatal error.\n",
+            epyq_tool_rt_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -115,14 +118,21 @@ static int parse(int argc, char **argv, opts *o) {
         {"max-batch", required_argument, 0, OPT_MAXB}, {"ctx-size", required_argument, 0, 'c'},
         {"chunk", required_argument, 0, OPT_CHUNK}, {"resume", no_argument, 0, OPT_RESUME},
         {"threads", required_argument, 0, 't'}, {"path", required_argument, 0, OPT_PATH},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},          EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
     o->max_batch = 8;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->ctx = 4096;
     o->chunk = 512;
     int c;
     optind = 1;
+    if (epyq_tool_rt_init(&o->rt, "epyq batch")) return 2;
     while ((c = getopt_long(argc, argv, "m:i:o:c:t:h", lo, NULL)) != -1) {
+        int rt = epyq_tool_rt_opt(&o->rt, "epyq batch", c, optarg);
+        if (rt != 1) {
+            if (rt) return rt;
+            continue;
+        }
+        o->ctx_set |= c == 'c';
         switch (c) {
         case 'm': o->dir = optarg; break;
         case OPT_SYN: o->synthetic = optarg; break;
@@ -451,14 +461,16 @@ int epyq_cmd_batch(int argc, char **argv) {
         epyq_err e2;
         if (epyq_chat_load(&b.chat, dir, &e2) != EPYQ_OK) b.chat = NULL; /* chat lines will say so */
     }
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
+    if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &b.ctx_limit, &err);
+    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true,
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads)};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&b.m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         b.cfg = epyq_model_config(b.m);
         const char *base = strrchr(dir, '/');
         snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
-        b.ctx_limit = o.ctx < b.cfg->max_position_embeddings ? o.ctx : (int32_t)b.cfg->max_position_embeddings;
-        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = EPYQ_KV_BF16};
+        epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it can hold */
+        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = o.rt.kv};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
     if (st == EPYQ_OK) {

@@ -54,15 +54,18 @@ static void usage(FILE *f) {
             "  -sys, --system TEXT    system prompt\n"
             "  -n, --n-predict N      most tokens per answer (default 1024)\n"
             "  --no-think             start with thinking off (/think on|off toggles)\n"
-            "  -c, --ctx-size N       context (default 8192, at most the model's)\n"
+            "  -c, --ctx-size N       context (default 8192 capped at the model's; a -c above\n"
+            "                         max_position_embeddings is refused)\n"
             "  -t, --threads N        threads (default: all allowed CPUs)\n"
             "  -s, --seed N           sampling seed (default 0)\n"
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
             "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+            "%s"
             "  -h, --help             this text\n"
             "\n"
             "Commands in the REPL: /help. Ctrl-C stops an answer (the partial answer stays in the\n"
-            "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n");
+            "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n",
+            epyq_tool_rt_help);
 }
 
 static const char help_text[] =
@@ -84,6 +87,8 @@ typedef struct {
     double temp, top_p, min_p, rep, pres; /* < 0 = keep generation_config's */
     long top_k;
     unsigned long long seed;
+    bool ctx_set;    /* -c given */
+    epyq_tool_rt rt; /* --kv-type, --numa... */
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
@@ -97,7 +102,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
         {"min-p", required_argument, 0, O_MINP}, {"repeat-penalty", required_argument, 0, O_REP},
         {"presence-penalty", required_argument, 0, O_PRES}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
     o->n_predict = 1024;
     o->ctx = 8192;
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
@@ -109,7 +114,13 @@ static int parse(int argc, char **argv, opts *o) {
      * would read it as -s ys, so map it by hand first. */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-sys")) argv[i] = "--system";
+    if (epyq_tool_rt_init(&o->rt, "epyq chat")) return 2;
     while ((c = getopt_long(argc, argv, "m:n:c:t:s:h", lo, NULL)) != -1) {
+        int rt = epyq_tool_rt_opt(&o->rt, "epyq chat", c, optarg);
+        if (rt != 1) {
+            if (rt) return rt;
+            continue;
+        }
         switch (c) {
         case 'm': o->dir = optarg; break;
         case O_SYN: o->synthetic = optarg; break;
@@ -119,7 +130,7 @@ static int parse(int argc, char **argv, opts *o) {
             long v;
             if (epyq_tool_opt_long("epyq chat", optarg, 0, 1 << 28, &v)) return 2;
             if (c == 'n') o->n_predict = (int)v;
-            else if (c == 'c') o->ctx = (int)v;
+            else if (c == 'c') o->ctx = (int)v, o->ctx_set = true;
             else if (c == 't') o->threads = (int)v;
             else o->top_k = v;
             break;
@@ -535,19 +546,22 @@ int epyq_cmd_chat(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
-    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = true};
+    int32_t ctx = 0;
+    if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
+    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = true,
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads)};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         epyq_sample_params sp;
         const epyq_sample_overrides so = {o.temp, o.top_p, o.min_p, o.rep, o.pres, o.top_k, o.seed};
         epyq_sample_overrides_apply(&so, cfg, &sp);
-        int32_t ctx = o.ctx < cfg->max_position_embeddings ? o.ctx : (int32_t)cfg->max_position_embeddings;
         r.tok = tok;
         r.held = malloc((size_t)ctx * sizeof *r.held);
         r.gen_ids = malloc((size_t)o.n_predict * sizeof *r.gen_ids);
         if (!r.held || !r.gen_ids || !r.msgs) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
-        if (st == EPYQ_OK) st = epyq_gen_init(&r.gen, m, tok, ctx, &sp, &err);
+        if (st == EPYQ_OK) st = epyq_gen_init(&r.gen, m, tok, ctx, o.rt.kv, &sp, &err);
+        if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
     }
     if (st == EPYQ_OK) {
         if (o.system) set_system(&r, o.system);

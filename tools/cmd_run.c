@@ -34,7 +34,8 @@ static void usage(FILE *f) {
             "  -n, --n-predict N      tokens to generate (default 128)\n"
             "  --chat                 render the prompt as a user turn with the chat template\n"
             "  --no-think             with --chat: enable_thinking = false\n"
-            "  -c, --ctx-size N       context (default: prompt + n + 16)\n"
+            "  -c, --ctx-size N       context (default: prompt + n + 16, at most the model's; a -c\n"
+            "                         above max_position_embeddings is refused)\n"
             "  -t, --threads N        threads (default: all allowed CPUs)\n"
             "  -s, --seed N           sampling seed (default 0)\n"
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
@@ -46,7 +47,9 @@ static void usage(FILE *f) {
             "                         steps while drafting does not pay\n"
             "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
             "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head copy drafts read\n"
-            "  -h, --help             this text\n");
+            "%s"
+            "  -h, --help             this text\n",
+            epyq_tool_rt_help);
 }
 
 static void print_text(void *ctx, const char *text, size_t len) {
@@ -67,6 +70,7 @@ typedef struct {
     double temp, top_p, min_p, rep, pres;
     long top_k;
     unsigned long long seed;
+    epyq_tool_rt rt; /* --kv-type, --numa... */
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
@@ -83,7 +87,7 @@ static int parse(int argc, char **argv, opts *o) {
         {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
         {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'},
         {"spec", required_argument, 0, O_SPEC}, {"draft", required_argument, 0, O_DRAFT},
-        {"draft-head", required_argument, 0, O_DHEAD}, {0, 0, 0, 0}};
+        {"draft-head", required_argument, 0, O_DHEAD}, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
     bool spec = false;
     o->draft = 2;
     o->draft_head = EPYQ_REQUANT_INT4;
@@ -93,8 +97,14 @@ static int parse(int argc, char **argv, opts *o) {
     o->top_k = -1;
     int c;
     char *end;
+    if (epyq_tool_rt_init(&o->rt, "epyq run")) return 2;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:s:h", lo, NULL)) != -1) {
+        int rt = epyq_tool_rt_opt(&o->rt, "epyq run", c, optarg);
+        if (rt != 1) {
+            if (rt) return rt;
+            continue;
+        }
         switch (c) {
         case 'm': o->dir = optarg; break;
         case O_SYN: o->synthetic = optarg; break;
@@ -194,25 +204,30 @@ int epyq_cmd_run(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
     if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
+    /* The context is settled from config.json before the weights are read: a -c the model
+     * cannot hold or a prompt longer than the context is refused without a long load. A last
+     * speculative step may verify up to --draft positions past the answer. */
+    int32_t ctx = 0;
+    if (st == EPYQ_OK) {
+        int64_t want = (int64_t)n_ids + o.n_predict + 16 + (o.spec_k ? o.spec_k + 1 : 0);
+        st = epyq_tool_ctx_dir(dir, o.ctx ? o.ctx : want, o.ctx > 0, &ctx, &err);
+        if (st == EPYQ_OK && (int64_t)n_ids > ctx)
+            st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %d (%s): %zu too many", n_ids,
+                              ctx, o.ctx ? "-c" : "the model's maximum", n_ids - (size_t)ctx);
+    }
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = o.spec_k == 0,
-                          .draft_head = o.spec_k ? o.draft_head : EPYQ_REQUANT_NONE};
+                          .draft_head = o.spec_k ? o.draft_head : EPYQ_REQUANT_NONE,
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads)};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         epyq_sample_params sp;
         const epyq_sample_overrides so = {o.temp, o.top_p, o.min_p, o.rep, o.pres, o.top_k, o.seed};
         epyq_sample_overrides_apply(&so, cfg, &sp);
-        int64_t want = o.ctx ? o.ctx : (int64_t)n_ids + o.n_predict + 16;
-        if (want > cfg->max_position_embeddings) want = cfg->max_position_embeddings;
-        if ((int64_t)n_ids > want)
-            st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %lld (-c)", n_ids,
-                              (long long)want);
-        if (st == EPYQ_OK && o.spec_k && !epyq_model_has_mtp(m))
+        if (o.spec_k && !epyq_model_has_mtp(m))
             st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
-        /* a last speculative step may verify up to --draft positions past the answer */
-        if (st == EPYQ_OK && o.spec_k && !o.ctx) want += o.spec_k + 1;
-        if (want > cfg->max_position_embeddings) want = cfg->max_position_embeddings;
-        if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, (int32_t)want, &sp, &err);
+        if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, ctx, o.rt.kv, &sp, &err);
+        if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
         g.spec_k = o.spec_k;
     }
     epyq_gen_stats gs = {0};

@@ -30,14 +30,14 @@ void epyq_sample_overrides_apply(const epyq_sample_overrides *o, const epyq_conf
     sp->seed = o->seed;
 }
 
-epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
+epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx, epyq_kv_type kv,
                           const epyq_sample_params *sp, epyq_err *err) {
     memset(g, 0, sizeof *g);
     g->model = m;
     g->tok = t;
     g->sp = *sp;
     g->chunk = 256;
-    return epyq_seq_create(&g->seq, m, n_ctx, EPYQ_KV_BF16, err);
+    return epyq_seq_create(&g->seq, m, n_ctx, kv, err);
 }
 
 void epyq_gen_free(epyq_gen *g) {

@@ -53,7 +53,7 @@ typedef struct {
     int64_t spec_accepted[8];              /* [i] steps whose draft i + 1 was accepted */
 } epyq_gen_stats;
 
-epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx,
+epyq_status epyq_gen_init(epyq_gen *g, epyq_model *m, const epyq_tok *t, int32_t n_ctx, epyq_kv_type kv,
                           const epyq_sample_params *sp, epyq_err *err);
 void epyq_gen_free(epyq_gen *g);
 

@@ -171,11 +171,11 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
                 dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6, rq);
     else
         fprintf(stderr,
-                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"threads\":%d,"
+                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"threads\":%d,"
                 "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu,\"requant_lm_head\":\"%s\","
                 "\"requant_dense\":\"%s\"}\n",
-                (unsigned long long)p.bytes, dt, threads, kt->name, (unsigned long long)active,
-                epyq_requant_name(rq_lm), epyq_requant_name(rq_dense));
+                (unsigned long long)p.bytes, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
+                (unsigned long long)active, epyq_requant_name(rq_lm), epyq_requant_name(rq_dense));
     return EPYQ_OK;
 }
 
@@ -187,4 +187,100 @@ int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long 
         return 2;
     }
     return 0;
+}
+
+/* ---- shared runtime flags ---- */
+
+const char epyq_tool_rt_help[] =
+    "  --kv-type bf16|fp8     KV cache storage (default bf16; fp8 e4m3 halves it)\n"
+    "  --numa MODE            auto|off|distribute|isolate|numactl|replicate-dense: routed experts\n"
+    "                         on the NUMA plan's node pools (EPYQ_NUMA; default: one pool)\n"
+    "  --numa-split N         the same on N logical nodes cut from this machine (EPYQ_NUMA_SPLIT)\n"
+    "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
+    "                         (EPYQ_NODES, EPYQ_CPU_RANGE)\n";
+
+int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd) {
+    memset(rt, 0, sizeof *rt);
+    rt->kv = EPYQ_KV_BF16;
+    epyq_numa_opts_init(&rt->numa);
+    epyq_err e = {0};
+    if (epyq_numa_opts_from_env(&rt->numa, &e) != EPYQ_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, e.msg);
+        return 2;
+    }
+    /* the variables ask for NUMA placement just as the flags do (EPYQ_THREADS alone does not) */
+    const char *vars[] = {"EPYQ_NUMA", "EPYQ_NUMA_SPLIT", "EPYQ_NODES", "EPYQ_CPU_RANGE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) rt->use_numa = true;
+    }
+    return 0;
+}
+
+int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg) {
+    const char *flag = c == EPYQ_TOOL_O_NUMA ? "--numa" : c == EPYQ_TOOL_O_SPLIT ? "--numa-split"
+                     : c == EPYQ_TOOL_O_NODES ? "--nodes" : c == EPYQ_TOOL_O_CPUS ? "--cpu-range"
+                     : c == EPYQ_TOOL_O_FALLBACK ? "--numa-fallback" : NULL;
+    if (c == EPYQ_TOOL_O_KV) {
+        if (!strcmp(arg, "bf16")) rt->kv = EPYQ_KV_BF16;
+        else if (!strcmp(arg, "fp8")) rt->kv = EPYQ_KV_FP8;
+        else return fprintf(stderr, "%s: --kv-type: expected bf16 or fp8, got '%s'\n", cmd, arg), 2;
+        return 0;
+    }
+    if (!flag) return 1;
+    epyq_err e = {0};
+    if (epyq_numa_opts_set(&rt->numa, flag, c == EPYQ_TOOL_O_FALLBACK ? NULL : arg, &e) != EPYQ_OK)
+        return fprintf(stderr, "%s: %s\n", cmd, e.msg), 2;
+    rt->use_numa = true;
+    return 0;
+}
+
+const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads) {
+    if (!rt->use_numa) return NULL;
+    if (threads > 0) rt->numa.n_threads = threads;
+    return &rt->numa;
+}
+
+epyq_status epyq_tool_ctx(const epyq_config *cfg, int64_t want, bool explicit_c, int32_t *out, epyq_err *err) {
+    const int64_t max = cfg->max_ctx;
+    if (explicit_c && (want < 1 || want > max)) {
+        if (cfg->yarn)
+            return epyq_err_set(err, EPYQ_E_ARG,
+                                "-c %lld: the model's context is %lld tokens (YaRN: original_max_position_embeddings "
+                                "%lld x factor %g; max_position_embeddings %lld); expected -c in [1, %lld]",
+                                (long long)want, (long long)max, (long long)cfg->yarn_orig_ctx, cfg->yarn_factor,
+                                (long long)cfg->max_position_embeddings, (long long)max);
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "-c %lld: the model's context is %lld tokens (max_position_embeddings, no rope scaling); "
+                            "expected -c in [1, %lld]",
+                            (long long)want, (long long)max, (long long)max);
+    }
+    *out = (int32_t)(want < max ? want : max);
+    return EPYQ_OK;
+}
+
+epyq_status epyq_tool_ctx_dir(const char *dir, int64_t want, bool explicit_c, int32_t *out, epyq_err *err) {
+    epyq_config cfg;
+    epyq_status st = epyq_config_load(&cfg, dir, err);
+    if (st != EPYQ_OK) return st;
+    st = epyq_tool_ctx(&cfg, want, explicit_c, out, err);
+    epyq_config_free(&cfg);
+    return st;
+}
+
+void epyq_tool_ctx_report(const epyq_model *m, int32_t n_ctx, int32_t n_seqs, epyq_kv_type kv) {
+    uint64_t kvb, all = epyq_model_seq_bytes(m, n_ctx, kv, &kvb);
+    const char *kt = kv == EPYQ_KV_FP8 ? "fp8" : "bf16";
+    if (isatty(STDERR_FILENO)) {
+        char b1[32], b2[32];
+        fprintf(stderr, "context %d tokens x %d sequence%s: KV cache %s (%s), state %s\n", n_ctx, n_seqs,
+                n_seqs == 1 ? "" : "s", epyq_numa_size(kvb * (uint64_t)n_seqs, b1, sizeof b1), kt,
+                epyq_numa_size((all - kvb) * (uint64_t)n_seqs, b2, sizeof b2));
+    } else {
+        fprintf(stderr,
+                "{\"event\":\"context\",\"n_ctx\":%d,\"sequences\":%d,\"kv_type\":\"%s\",\"kv_bytes\":%llu,"
+                "\"state_bytes\":%llu}\n",
+                n_ctx, n_seqs, kt, (unsigned long long)(kvb * (uint64_t)n_seqs),
+                (unsigned long long)((all - kvb) * (uint64_t)n_seqs));
+    }
 }

@@ -8,17 +8,20 @@
 #ifndef EPYQ_TOOL_MODEL_H
 #define EPYQ_TOOL_MODEL_H
 
+#include <getopt.h>
 #include <stdbool.h>
 
 #include "core/status.h"
 #include "model/model.h"
+#include "numa/plan.h"
 
 /* Exactly one of dir / synthetic must be non-NULL. *out is malloc'd. */
 epyq_status epyq_tool_model_dir(const char *dir, const char *synthetic, char **out, epyq_err *err);
 
 /* epyq_model_load() with the tools' load display: on a TTY (stderr) a progress line with GB
  * of checkpoint packed and GB/s, then a one-line summary (GB, seconds, threads, kernels,
- * bytes streamed per token); otherwise one JSON line {"event":"model_loaded",…} on stderr.
+ * bytes streamed per token); otherwise one JSON line {"event":"model_loaded",…} on stderr, with
+ * the same load throughput (gb_per_s: checkpoint GB read and packed per second).
  * opts->progress is overridden. */
 epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
                                  epyq_err *err);
@@ -29,5 +32,47 @@ char *epyq_tool_cache_root(void);
 /* A whole decimal number in [lo, hi] from a command-line argument into *v: 0, or 2 (the
  * usage-error exit status) after printing "<cmd>: bad number '<arg>'" to stderr. */
 int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v);
+
+/* ---- what run, chat and batch share beyond -m: KV cache type, NUMA placement, context ---- */
+
+/* getopt_long codes of the shared flags (above any tool's own) and their table entries:
+ * put EPYQ_TOOL_RT_LONGOPTS in the tool's struct option array. */
+enum { EPYQ_TOOL_O_KV = 0x4000, EPYQ_TOOL_O_NUMA, EPYQ_TOOL_O_SPLIT, EPYQ_TOOL_O_NODES, EPYQ_TOOL_O_CPUS,
+       EPYQ_TOOL_O_FALLBACK };
+#define EPYQ_TOOL_RT_LONGOPTS                                                                            \
+    {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV}, {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA}, \
+        {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},                                         \
+        {"nodes", required_argument, 0, EPYQ_TOOL_O_NODES},                                              \
+        {"cpu-range", required_argument, 0, EPYQ_TOOL_O_CPUS},                                           \
+        {"numa-fallback", no_argument, 0, EPYQ_TOOL_O_FALLBACK}
+
+typedef struct {
+    epyq_kv_type kv;       /* --kv-type bf16|fp8 */
+    epyq_numa_opts numa;   /* --numa MODE ... and EPYQ_NUMA, EPYQ_NUMA_SPLIT, EPYQ_NODES, EPYQ_CPU_RANGE */
+    bool use_numa;         /* a NUMA flag or variable was given: the model gets the plan's pools */
+} epyq_tool_rt;
+
+/* Help lines of the shared flags, for the tools' usage texts. */
+extern const char epyq_tool_rt_help[];
+
+/* Defaults, then the EPYQ_NUMA* variables: 0, or 2 after printing "<cmd>: <what>" to stderr. */
+int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd);
+/* Take getopt code c: 0 taken, 1 not one of the shared flags, 2 bad value (printed). */
+int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg);
+/* epyq_model_opts.numa for these flags: NULL when none was given (one pool, as before), else
+ * the options with -t (when non-zero) as the total thread count. */
+const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads);
+
+/* The context a tool runs with. explicit_c: -c was given as want, which must lie in
+ * [1, the model's context] (max_position_embeddings, or what rope scaling extends it to):
+ * above it is E_ARG naming both numbers. A tool default (explicit_c false) is capped at the
+ * model's context instead. */
+epyq_status epyq_tool_ctx(const epyq_config *cfg, int64_t want, bool explicit_c, int32_t *out, epyq_err *err);
+/* The same from dir's config.json alone, so a bad -c is refused before the weights load. */
+epyq_status epyq_tool_ctx_dir(const char *dir, int64_t want, bool explicit_c, int32_t *out, epyq_err *err);
+
+/* One line on stderr with the KV memory of n_seqs sequences of n_ctx positions: on a TTY
+ * "context N tokens x S: KV cache X (bf16), state Y", else {"event":"context",...}. */
+void epyq_tool_ctx_report(const epyq_model *m, int32_t n_ctx, int32_t n_seqs, epyq_kv_type kv);
 
 #endif

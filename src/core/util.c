@@ -168,3 +168,61 @@ int epyq_parse_int_list(const char *s, int *out, int max) {
     }
     return n;
 }
+
+/* ---- memory a load may use (issue 13) ---- */
+
+static bool read_u64_file(const char *path, uint64_t *v, bool *is_max) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char buf[64] = {0};
+    bool ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    if (!ok) return false;
+    *is_max = !strncmp(buf, "max", 3);
+    if (*is_max) return true;
+    char *end;
+    unsigned long long x = strtoull(buf, &end, 10);
+    if (end == buf) return false;
+    *v = x;
+    return true;
+}
+
+bool epyq_mem_available(uint64_t *bytes, char *source, size_t n) {
+    const char *env = getenv("EPYQ_MEM_AVAILABLE");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (end != env && !*end) {
+            *bytes = v;
+            snprintf(source, n, "EPYQ_MEM_AVAILABLE");
+            return true;
+        }
+    }
+    bool have = false;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                *bytes = (uint64_t)kb * 1024u;
+                snprintf(source, n, "MemAvailable in /proc/meminfo");
+                have = true;
+                break;
+            }
+        fclose(f);
+    }
+    /* a cgroup v2 limit (containers, systemd slices) binds before the machine runs out */
+    uint64_t lim = 0, cur = 0;
+    bool lmax = true, cmax = false;
+    if (read_u64_file("/sys/fs/cgroup/memory.max", &lim, &lmax) && !lmax &&
+        read_u64_file("/sys/fs/cgroup/memory.current", &cur, &cmax) && !cmax) {
+        uint64_t room = lim > cur ? lim - cur : 0;
+        if (!have || room < *bytes) {
+            *bytes = room;
+            snprintf(source, n, "cgroup memory.max - memory.current");
+            have = true;
+        }
+    }
+    return have;
+}

@@ -42,6 +42,11 @@ float epyq_f16_to_f32(uint16_t h);
 uint16_t epyq_f32_to_f16(float f);
 
 /* Parse "1,2,8" into ints; returns count or -1 on a bad list. */
+/* Memory a new allocation can take now: EPYQ_MEM_AVAILABLE (bytes; tests, containers that
+ * misreport) if set, else MemAvailable of /proc/meminfo, lowered to what a cgroup v2
+ * memory.max leaves. source names where the figure came from. false when nothing is known. */
+bool epyq_mem_available(uint64_t *bytes, char *source, size_t n);
+
 int epyq_parse_int_list(const char *s, int *out, int max);
 
 #endif

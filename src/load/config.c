@@ -59,6 +59,71 @@ static epyq_status parse_eos(const cJSON *it, int32_t vocab, epyq_config *cfg, c
     return EPYQ_OK;
 }
 
+/* YaRN's keys (transformers _compute_yarn_parameters): factor required; beta_fast 32,
+ * beta_slow 1, truncate true by default; attention_factor, else 0.1 ln(factor) + 1 (or the
+ * mscale / mscale_all_dim ratio of it when both are given). With
+ * original_max_position_embeddings, transformers takes the factor as max_position_embeddings
+ * / original when that is above 1 (DeepSeek-V3's convention); Qwen's instruction leaves
+ * max_position_embeddings at 262,144 = original and states the factor, which is then used
+ * as given (as vLLM does) rather than collapsing to 1. */
+static epyq_status parse_yarn(epyq_config *cfg, const cJSON *rp, const char *label, epyq_err *err) {
+    epyq_status st;
+    bool found = false;
+    double factor = 0, af = 0, ms = 0, msa = 0, orig = 0;
+    bool have_af = false, have_ms = false, have_msa = false, have_orig = false;
+    if ((st = epyq_json_get_num(rp, "factor", 1.0, 1024.0, &factor, &found, label, err))) return st;
+    if (!found) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: rope_type yarn needs a factor (>= 1), none given", label);
+    cfg->yarn_beta_fast = 32, cfg->yarn_beta_slow = 1, cfg->yarn_truncate = true;
+    if ((st = epyq_json_get_num(rp, "beta_fast", 1e-3, 1e6, &cfg->yarn_beta_fast, NULL, label, err))) return st;
+    if ((st = epyq_json_get_num(rp, "beta_slow", 1e-3, 1e6, &cfg->yarn_beta_slow, NULL, label, err))) return st;
+    if ((st = epyq_json_get_bool(rp, "truncate", &cfg->yarn_truncate, NULL, label, err))) return st;
+    if ((st = epyq_json_get_num(rp, "attention_factor", 1e-3, 1e3, &af, &have_af, label, err))) return st;
+    if ((st = epyq_json_get_num(rp, "mscale", 0, 1e3, &ms, &have_ms, label, err))) return st;
+    if ((st = epyq_json_get_num(rp, "mscale_all_dim", 0, 1e3, &msa, &have_msa, label, err))) return st;
+    if ((st = epyq_json_get_num(rp, "original_max_position_embeddings", 1, (double)(1 << 30), &orig, &have_orig, label,
+                                err)))
+        return st;
+    if (have_orig && orig != (double)(int64_t)orig)
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: original_max_position_embeddings %g: expected an integer", label, orig);
+    cfg->yarn_orig_ctx = have_orig ? (int64_t)orig : cfg->max_position_embeddings;
+    if (have_orig && cfg->max_position_embeddings > cfg->yarn_orig_ctx)
+        factor = (double)cfg->max_position_embeddings / (double)cfg->yarn_orig_ctx;
+    cfg->yarn_factor = factor;
+    /* get_mscale(scale, m) = 0.1 m ln(scale) + 1 for scale > 1, else 1 */
+    double g1 = factor > 1 ? 0.1 * log(factor) + 1 : 1;
+    if (have_af) cfg->yarn_attn_factor = af;
+    else if (have_ms && have_msa && ms != 0 && msa != 0)
+        cfg->yarn_attn_factor = factor > 1 ? (0.1 * ms * log(factor) + 1) / (0.1 * msa * log(factor) + 1) : 1;
+    else cfg->yarn_attn_factor = g1;
+    int64_t ext = (int64_t)((double)cfg->yarn_orig_ctx * factor);
+    cfg->max_ctx = ext > cfg->max_position_embeddings ? ext : cfg->max_position_embeddings;
+    if (cfg->max_ctx > (int64_t)1 << 30) cfg->max_ctx = (int64_t)1 << 30;
+    return EPYQ_OK;
+}
+
+void epyq_config_rope_freq(const epyq_config *c, double *inv_freq, double *attn_factor) {
+    const int32_t rd = c->rotary_dim, half = rd / 2;
+    if (attn_factor) *attn_factor = c->yarn ? c->yarn_attn_factor : 1.0;
+    for (int32_t i = 0; i < half; i++) inv_freq[i] = pow(c->rope_theta, -2.0 * i / rd);
+    if (!c->yarn) return;
+    /* the dimension at which a frequency makes n full turns over the original context */
+    const double base = c->rope_theta, L = (double)c->yarn_orig_ctx;
+    double lo = rd * log(L / (c->yarn_beta_fast * 2 * M_PI)) / (2 * log(base));
+    double hi = rd * log(L / (c->yarn_beta_slow * 2 * M_PI)) / (2 * log(base));
+    if (c->yarn_truncate) lo = floor(lo), hi = ceil(hi);
+    if (lo < 0) lo = 0;
+    if (hi > rd - 1) hi = rd - 1;
+    if (lo == hi) hi += 0.001;
+    for (int32_t i = 0; i < half; i++) {
+        /* ramp 0 below lo (extrapolate: keep the frequency), 1 above hi (interpolate: / factor) */
+        double ramp = ((double)i - lo) / (hi - lo);
+        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+        double extra = 1.0 - ramp;
+        double pos_freq = 1.0 / inv_freq[i];
+        inv_freq[i] = 1.0 / (c->yarn_factor * pos_freq) * (1.0 - extra) + inv_freq[i] * extra;
+    }
+}
+
 /* rope_parameters, then rope_scaling, then the text_config top level
  * (docs/architecture.md §2.1). */
 static epyq_status parse_rope(epyq_config *cfg, const cJSON *text, const char *label, epyq_err *err) {
@@ -80,8 +145,10 @@ static epyq_status parse_rope(epyq_config *cfg, const cJSON *text, const char *l
         const char *type = NULL;
         if ((st = epyq_json_get_str(rp, "rope_type", &type, NULL, label, err))) return st;
         if (!type && (st = epyq_json_get_str(rp, "type", &type, NULL, label, err))) return st;
-        if (type && strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0)
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: rope_type \"%.32s\" is not supported (only default)", label, type);
+        cfg->yarn = type && !strcmp(type, "yarn");
+        if (type && strcmp(type, "default") != 0 && strcmp(type, "mrope") != 0 && !cfg->yarn)
+            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: rope_type \"%.32s\" is not supported (default, yarn)", label, type);
+        if (cfg->yarn && (st = parse_yarn(cfg, rp, label, err))) return st;
         if ((st = epyq_json_get_num(rp, "rope_theta", 1.0, 1e12, &cfg->rope_theta, NULL, label, err))) return st;
         if ((st = epyq_json_get_num(rp, "partial_rotary_factor", 1e-6, 1.0, &cfg->partial_rotary_factor, NULL, label, err)))
             return st;
@@ -193,6 +260,7 @@ static epyq_status parse_text(epyq_config *cfg, const cJSON *root, const cJSON *
     int64_t mpe = 262144;
     if ((st = epyq_json_get_int(text, "max_position_embeddings", 1, (int64_t)1 << 30, &mpe, NULL, label, err))) return st;
     cfg->max_position_embeddings = mpe;
+    cfg->max_ctx = mpe; /* parse_rope raises it under YaRN */
     cfg->rms_norm_eps = 1e-6;
     if ((st = epyq_json_get_num(text, "rms_norm_eps", 1e-30, 1.0, &cfg->rms_norm_eps, NULL, label, err))) return st;
     cfg->attn_output_gate = true;

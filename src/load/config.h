@@ -50,6 +50,15 @@ typedef struct {
     double rope_theta, partial_rotary_factor;
     int32_t rotary_dim;                       /* int(head_dim * partial_rotary_factor) */
     int32_t mrope_section[3];
+    /* rope_type "yarn" (rope_parameters / rope_scaling; Qwen documents it for contexts past
+     * the native 262,144): frequencies per epyq_config_rope_freq, rotary dims of q and k scaled
+     * by yarn_attn_factor. max_ctx: the context the runtime allows, max_position_embeddings or
+     * original_max_position_embeddings x factor under YaRN, whichever is larger. */
+    bool yarn;
+    double yarn_factor, yarn_beta_fast, yarn_beta_slow, yarn_attn_factor;
+    int64_t yarn_orig_ctx;                    /* original_max_position_embeddings */
+    bool yarn_truncate;
+    int64_t max_ctx;
     int32_t conv_kernel, lin_key_head_dim, lin_value_head_dim, lin_num_key_heads, lin_num_value_heads;
     int32_t num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size;
     int32_t mtp_num_hidden_layers;
@@ -77,6 +86,12 @@ epyq_status epyq_config_load(epyq_config *cfg, const char *dir, epyq_err *err);
 epyq_status epyq_config_parse(epyq_config *cfg, const char *config_json, const char *gen_json,
                               const char *extra_qc_json, const char *label, epyq_err *err);
 void epyq_config_free(epyq_config *cfg);
+
+/* Rotary inverse frequencies inv_freq[i], i < rotary_dim / 2: theta^(-2i / rd), or YaRN's
+ * blend of those and their interpolation by the factor (transformers'
+ * _compute_yarn_parameters, see config.c). *attn_factor (may be NULL): the scale YaRN puts on
+ * cos/sin, 1 without it. */
+void epyq_config_rope_freq(const epyq_config *cfg, double *inv_freq, double *attn_factor);
 
 /* What the config says about one linear module (full module name without ".weight"). */
 epyq_qscheme epyq_qconfig_for(const epyq_config *cfg, const char *module);

@@ -118,6 +118,9 @@ epyq_qscheme epyq_qconfig_for(const epyq_config *cfg, const char *module) {
             if (matcher_hit(qc, &qc->rules[i].m, module)) return qc->rules[i].sch;
         return none;
     }
+    if (cfg->qformat == EPYQ_QF_QUARK) /* layer_quant_config, then layer_type_quant_config */
+        for (size_t i = 0; i < qc->nrules; i++)
+            if (matcher_hit(qc, &qc->rules[i].m, module)) return qc->rules[i].negative ? none : qc->rules[i].sch;
     return qc->base;
 }
 
@@ -326,6 +329,104 @@ static epyq_status parse_ct(epyq_qconfig *qc, const cJSON *q, const char *label,
 
 /* ---- Quark (docs/quant-formats.md §6) ---- */
 
+/* One Quark weight spec (the global one or a layer_quant_config / layer_type_quant_config
+ * entry's): int4 (signed, symmetric) or uint4 per_group along the inputs, static, integer
+ * zero points. */
+static epyq_status quark_weight(const cJSON *w, const char *where, epyq_qscheme *out, bool *is_signed,
+                                const char *label, epyq_err *err) {
+    epyq_status st;
+    if (!cJSON_IsObject(w))
+        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s.weight: expected one object, found %s", label, where,
+                            epyq_json_type_name(w));
+    const char *dt = NULL, *qs = NULL, *zpt = NULL;
+    if ((st = epyq_json_get_str(w, "dtype", &dt, NULL, label, err))) return st;
+    bool uint4 = dt && !strcmp(dt, "uint4");
+    if (!dt || (strcmp(dt, "int4") && !uint4))
+        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s weight dtype \"%.40s\" is not supported (int4, uint4)", label,
+                            where, dt ? dt : "(absent)");
+    if ((st = epyq_json_get_str(w, "qscheme", &qs, NULL, label, err))) return st;
+    if (!qs || strcmp(qs, "per_group"))
+        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s qscheme \"%.40s\" is not supported (only per_group)", label,
+                            where, qs ? qs : "(absent)");
+    int64_t gs = 0, axis = -1;
+    if ((st = epyq_json_get_int(w, "group_size", -1, 1 << 20, &gs, NULL, label, err))) return st;
+    if ((st = epyq_json_get_int(w, "ch_axis", -8, 8, &axis, NULL, label, err))) return st;
+    if (axis != -1 && axis != 1)
+        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s ch_axis %lld is not supported (groups must run along inputs: -1)",
+                            label, where, (long long)axis);
+    if ((st = check_bits_gs(4, gs, "quark", label, err))) return st;
+    bool dyn = false;
+    if ((st = epyq_json_get_bool(w, "is_dynamic", &dyn, NULL, label, err))) return st;
+    if (dyn) return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s is_dynamic=true is not supported", label, where);
+    if ((st = epyq_json_get_str(w, "zero_point_type", &zpt, NULL, label, err))) return st;
+    if (zpt && strcmp(zpt, "int32"))
+        return epyq_err_set(err, EPYQ_E_QUANT,
+                            "%s: quark %s zero_point_type \"%.20s\" is not supported (integer zero points only)", label,
+                            where, zpt);
+    if ((st = must_be_empty(w, "mx_element_dtype", "MX formats", label, err))) return st;
+    *is_signed = !uint4;
+    *out = (epyq_qscheme){.quantized = true, .bits = 4, .group_size = (int32_t)gs, .sym = !uint4};
+    return epyq_json_get_bool(w, "symmetric", &out->sym, NULL, label, err);
+}
+
+/* layer_quant_config (module-name patterns: exact, fnmatch '*', or "re:") or
+ * layer_type_quant_config (class names; every linear here is a "Linear"): each value is a
+ * whole Quark config whose weight spec replaces the global one for the modules it names; a
+ * null weight leaves them 16-bit. Activation/output/bias specs are refused as globally.
+ * The nibble encoding (int4 two's complement vs uint4) is decoded per checkpoint, so an
+ * entry must keep the global dtype. */
+static epyq_status quark_overrides(epyq_qconfig *qc, const cJSON *q, const char *key, bool sgn, const char *label,
+                                   epyq_err *err) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(q, key);
+    if (!o || cJSON_IsNull(o)) return EPYQ_OK;
+    if (!cJSON_IsObject(o))
+        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s: expected an object, found %s", label, key,
+                            epyq_json_type_name(o));
+    bool by_type = !strcmp(key, "layer_type_quant_config");
+    epyq_status st;
+    for (const cJSON *e = o->child; e; e = e->next) {
+        char where[160];
+        snprintf(where, sizeof where, "%s[\"%.100s\"]", key, e->string);
+        if (!cJSON_IsObject(e))
+            return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s: expected a quantization config object, found %s", label,
+                                where, epyq_json_type_name(e));
+        if (by_type && strcmp(e->string, "Linear"))
+            return epyq_err_set(err, EPYQ_E_QUANT,
+                                "%s: quark %s: only \"Linear\" is supported (the text model's quantizable modules are "
+                                "all linears)", label, where);
+        static const char *const acts[] = {"input_tensors", "output_tensors", "bias"};
+        for (int i = 0; i < 3; i++) {
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, acts[i]);
+            if (a && !cJSON_IsNull(a) && !((cJSON_IsObject(a) || cJSON_IsArray(a)) && !a->child))
+                return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark %s.%s is set: only weight quantization is supported",
+                                    label, where, acts[i]);
+        }
+        epyq_qscheme sch = {0};
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(e, "weight");
+        if (w && !cJSON_IsNull(w)) {
+            bool esgn = sgn;
+            if ((st = quark_weight(w, where, &sch, &esgn, label, err))) return st;
+            if (esgn != sgn)
+                return epyq_err_set(err, EPYQ_E_QUANT,
+                                    "%s: quark %s: weight dtype %s differs from the global %s; one checkpoint decodes "
+                                    "one nibble encoding", label, where, esgn ? "int4" : "uint4", sgn ? "int4" : "uint4");
+        }
+        rule *r = realloc(qc->rules, (qc->nrules + 1) * sizeof *r);
+        if (!r) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", label);
+        qc->rules = r;
+        const char *pat = e->string;
+        match_kind k = by_type ? M_LINEAR : !strncmp(pat, "re:", 3) ? M_REGEX : strpbrk(pat, "*?[") ? M_GLOB : M_EXACT;
+        rule *x = &qc->rules[qc->nrules];
+        x->negative = !sch.quantized;
+        x->sch = sch;
+        st = matcher_init(&x->m, k, k == M_REGEX ? pat + 3 : pat, label, err);
+        qc->nrules += x->m.pat != NULL;
+        if (st) return st;
+    }
+    return EPYQ_OK;
+}
+
+
 static epyq_status parse_quark(epyq_config *cfg, epyq_qconfig *qc, const cJSON *q, const char *label, epyq_err *err) {
     epyq_status st;
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(q, "export");
@@ -344,42 +445,16 @@ static epyq_status parse_quark(epyq_config *cfg, epyq_qconfig *qc, const cJSON *
     if ((st = must_be_empty(g, "input_tensors", "activation quantization (W4A16 only)", label, err))) return st;
     if ((st = must_be_empty(g, "output_tensors", "output quantization", label, err))) return st;
     if ((st = must_be_empty(g, "bias", "bias quantization", label, err))) return st;
-    if ((st = must_be_empty(q, "layer_quant_config", "per-layer Quark schemes", label, err))) return st;
-    if ((st = must_be_empty(q, "layer_type_quant_config", "per-layer-type Quark schemes", label, err))) return st;
     if ((st = must_be_empty(q, "kv_cache_quant_config", "KV-cache quantization", label, err))) return st;
     if ((st = must_be_empty(q, "softmax_quant_spec", "softmax quantization", label, err))) return st;
-    const cJSON *w = cJSON_GetObjectItemCaseSensitive(g, "weight");
-    if (!cJSON_IsObject(w))
-        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark global_quant_config.weight: expected one object, found %s", label,
-                            epyq_json_type_name(w));
-    const char *dt = NULL, *qs = NULL, *zpt = NULL;
-    if ((st = epyq_json_get_str(w, "dtype", &dt, NULL, label, err))) return st;
-    bool uint4 = dt && !strcmp(dt, "uint4");
-    if (!dt || (strcmp(dt, "int4") && !uint4))
-        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark weight dtype \"%.40s\" is not supported (int4, uint4)", label,
-                            dt ? dt : "(absent)");
-    if ((st = epyq_json_get_str(w, "qscheme", &qs, NULL, label, err))) return st;
-    if (!qs || strcmp(qs, "per_group"))
-        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark qscheme \"%.40s\" is not supported (only per_group)", label,
-                            qs ? qs : "(absent)");
-    int64_t gs = 0, axis = -1;
-    if ((st = epyq_json_get_int(w, "group_size", -1, 1 << 20, &gs, NULL, label, err))) return st;
-    if ((st = epyq_json_get_int(w, "ch_axis", -8, 8, &axis, NULL, label, err))) return st;
-    if (axis != -1 && axis != 1)
-        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark ch_axis %lld is not supported (groups must run along inputs: -1)", label,
-                            (long long)axis);
-    if ((st = check_bits_gs(4, gs, "quark", label, err))) return st;
-    bool dyn = false;
-    if ((st = epyq_json_get_bool(w, "is_dynamic", &dyn, NULL, label, err))) return st;
-    if (dyn) return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark is_dynamic=true is not supported", label);
-    if ((st = epyq_json_get_str(w, "zero_point_type", &zpt, NULL, label, err))) return st;
-    if (zpt && strcmp(zpt, "int32"))
-        return epyq_err_set(err, EPYQ_E_QUANT, "%s: quark zero_point_type \"%.20s\" is not supported (integer zero points only)",
-                            label, zpt);
-    if ((st = must_be_empty(w, "mx_element_dtype", "MX formats", label, err))) return st;
-    cfg->quark_signed = !uint4;
-    qc->base = (epyq_qscheme){.quantized = true, .bits = 4, .group_size = (int32_t)gs, .sym = !uint4};
-    if ((st = epyq_json_get_bool(w, "symmetric", &qc->base.sym, NULL, label, err))) return st;
+    bool sgn = false;
+    if ((st = quark_weight(cJSON_GetObjectItemCaseSensitive(g, "weight"), "global_quant_config", &qc->base, &sgn, label,
+                           err)))
+        return st;
+    cfg->quark_signed = sgn;
+    /* per-layer entries first (Quark looks a module up by name before its type), then per type */
+    if ((st = quark_overrides(qc, q, "layer_quant_config", sgn, label, err))) return st;
+    if ((st = quark_overrides(qc, q, "layer_type_quant_config", sgn, label, err))) return st;
     return str_list(qc, cJSON_GetObjectItemCaseSensitive(q, "exclude"), "exclude", true, false, label, err);
 }
 
@@ -395,9 +470,17 @@ static epyq_status parse_awq(epyq_qconfig *qc, const cJSON *q, const char *label
     if (!f2 && (st = epyq_json_get_int(q, "q_group_size", -1, 1 << 20, &gs, &f2, label, err))) return st;
     if (!f1 || !f2) return epyq_err_set(err, EPYQ_E_QUANT, "%s: awq quantization_config lacks %s", label, f1 ? "group_size" : "bits");
     if ((st = check_bits_gs(bits, gs, "awq", label, err))) return st;
+    /* zero_point false (symmetric, scale absmax / 7) cannot come out of AutoAWQ's GEMM
+     * writer: WQLinear_GEMM.from_linear asserts that zeros exist, and the quantizer passes
+     * none when zero_point is false; AutoAWQ uses that setting for its Marlin export, which
+     * is refused by version below. So no GEMM release carries it, and what a file claiming it
+     * stores in qzeros is no tool's documented layout: refused rather than guessed. */
     bool zp = true;
     if ((st = epyq_json_get_bool(q, "zero_point", &zp, NULL, label, err))) return st;
-    if (!zp) return epyq_err_set(err, EPYQ_E_QUANT, "%s: awq zero_point=false is not supported (only asymmetric GEMM)", label);
+    if (!zp)
+        return epyq_err_set(err, EPYQ_E_QUANT,
+                            "%s: awq zero_point=false is not supported: AutoAWQ writes it only for its Marlin "
+                            "version (its GEMM writer requires zero points), and only GEMM is decoded", label);
     const char *ver = NULL;
     if ((st = epyq_json_get_str(q, "version", &ver, NULL, label, err))) return st;
     if (ver && strcasecmp(ver, "gemm"))

@@ -53,6 +53,13 @@ epyq_status epyq_linear_dequant(const epyq_linear *l, const epyq_config *cfg, fl
  * or with a trivial one. Scales are checked finite (E_FORMAT naming the tensor otherwise). */
 epyq_status epyq_linear_unpack_q4(const epyq_linear *l, const epyq_config *cfg, uint8_t *q,
                                   float *s, uint8_t *z, int32_t *perm, bool *has_perm, epyq_err *err);
+/* Check an int4 linear's scales, zero points and g_idx without decoding its codes (inspect's
+ * default scan, about 1/4 of the bytes a full decode reads): every scale positive and finite;
+ * a symmetric scheme's stored zero points equal to the bias (GPTQ sym: 8, stored 7 in v1);
+ * g_idx values in range and, for act-order, group_size columns per group. The first failure
+ * is E_FORMAT (E_QUANT for a group of the wrong size) naming the tensor, output row and group.
+ * 16-bit linears pass. */
+epyq_status epyq_linear_check_q4(const epyq_linear *l, const epyq_config *cfg, epyq_err *err);
 /* Bytes one full GEMV over this linear reads from the checkpoint's representation. */
 uint64_t epyq_linear_bytes(const epyq_linear *l);
 

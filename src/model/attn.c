@@ -22,7 +22,7 @@ static void rope(const epyq_model *m, float *v, int32_t pos) {
     int32_t half = m->rd / 2;
     for (int32_t i = 0; i < half; i++) {
         double ang = (double)pos * m->inv_freq[i];
-        float c = (float)cos(ang), s = (float)sin(ang);
+        float c = (float)(cos(ang) * m->rope_attn), s = (float)(sin(ang) * m->rope_attn);
         float a = v[i], b = v[i + half];
         v[i] = a * c - b * s;
         v[i + half] = b * c + a * s;

@@ -23,6 +23,56 @@ void *epyq_model_alloc(size_t n, size_t size) {
     return p;
 }
 
+/* ---- act-order: a linear with a perm reads x[t][perm[j]] as its column j ---- */
+
+/* Distinct column orders prepared for one pool run (more are run in further pool runs): real
+ * GPTQ checkpoints give every projection of one input the same order (they share a Hessian),
+ * so one slot is the usual need; synth --act-order gives q/k/v and qkv/z orders of their own. */
+enum { PERM_SLOTS = 4 };
+
+static size_t perm_act_stride(size_t na) { return (na + 63) & ~(size_t)63; }
+
+/* Room in the model's scratch for PERM_SLOTS permuted copies of a [rows][k] input. */
+static epyq_status perm_room(epyq_model *m, int32_t rows, int32_t k, epyq_err *err) {
+    if (!atomic_load(&m->has_perm)) return EPYQ_OK;
+    size_t nx = (size_t)rows * (size_t)k * PERM_SLOTS,
+           na = perm_act_stride(epyq_act_bytes(rows, k, m->gs, EPYQ_PATH_A16)) * PERM_SLOTS;
+    if (nx > m->perm_cap_x) {
+        free(m->perm_x);
+        m->perm_cap_x = 0;
+        if (!(m->perm_x = epyq_model_alloc(nx, sizeof(float))))
+            return epyq_err_set(err, EPYQ_E_NOMEM, "act-order activations [%d][%d]: out of memory", rows, k);
+        m->perm_cap_x = nx;
+    }
+    if (na > m->perm_cap_act) {
+        free(m->perm_act);
+        m->perm_cap_act = 0;
+        if (!(m->perm_act = epyq_model_alloc(na, 1)))
+            return epyq_err_set(err, EPYQ_E_NOMEM, "act-order activations [%d][%d]: out of memory", rows, k);
+        m->perm_cap_act = na;
+    }
+    return EPYQ_OK;
+}
+
+static bool same_perm(const epyq_rlin *a, const epyq_rlin *b) {
+    if (a->perm == b->perm) return true;
+    return a->perm && b->perm && a->k == b->k && !memcmp(a->perm, b->perm, (size_t)a->k * sizeof *a->perm);
+}
+
+/* a's input gathered by perm into scratch slot `slot`, prepared for a's path. */
+static void perm_act(epyq_model *m, int32_t slot, const int32_t *perm, const epyq_act *a, epyq_act *pa) {
+    const int32_t rows = a->m, k = a->k;
+    float *xs = m->perm_x + (size_t)slot * (size_t)rows * (size_t)k;
+    uint8_t *as = (uint8_t *)m->perm_act + (size_t)slot * perm_act_stride(epyq_act_bytes(rows, k, a->gs, a->path));
+    for (int32_t t = 0; t < rows; t++) {
+        const float *x = a->f32 + (size_t)t * k;
+        float *xp = xs + (size_t)t * k;
+        for (int32_t j = 0; j < k; j++) xp[j] = x[perm[j]];
+    }
+    *pa = (epyq_act){.m = rows, .k = k, .gs = a->gs, .path = a->path, .f32 = xs};
+    m->kt->act_prep(pa, xs, rows, k, a->gs, a->path, as);
+}
+
 epyq_status epyq_rlin_act_gs(const epyq_model *m, const float *x, int32_t rows, int32_t k,
                              int32_t gs, epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
@@ -34,7 +84,8 @@ epyq_status epyq_rlin_act_gs(const epyq_model *m, const float *x, int32_t rows, 
     *buf = epyq_model_alloc(epyq_act_bytes(rows, k, gs, a->path), 1);
     if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);
     m->kt->act_prep(a, x, rows, k, gs, a->path, *buf);
-    return EPYQ_OK;
+    /* the scratch is the model's, not part of its constness: every caller holds it mutable */
+    return perm_room((epyq_model *)m, rows, k, err);
 }
 
 epyq_status epyq_rlin_act(const epyq_model *m, const float *x, int32_t rows, int32_t k,
@@ -129,7 +180,7 @@ typedef struct {
     const epyq_model *m;
     const epyq_rlin_out *outs;
     const epyq_gemm_piece *pc;
-    const epyq_act *a;
+    const epyq_act *const *acts; /* [outputs] the activation each output reads */
 } gemm_job;
 
 static void gemm_task(void *ctx, int32_t task, int32_t worker) {
@@ -137,20 +188,58 @@ static void gemm_task(void *ctx, int32_t task, int32_t worker) {
     const gemm_job *j = ctx;
     const epyq_gemm_piece *q = &j->pc[task];
     const epyq_rlin_out *o = &j->outs[q->out];
-    epyq_rlin_rows(j->m, o->l, q->n0, q->n1, j->a, o->y, o->ldy);
+    epyq_rlin_rows(j->m, o->l, q->n0, q->n1, j->acts[q->out], o->y, o->ldy);
+}
+
+/* One pool run over at most MAX_OUTS outputs, output i reading acts[i]. */
+static void run_outs(epyq_model *m, const epyq_rlin_out *outs, int32_t c, const epyq_act *const *acts) {
+    epyq_gemm_piece pc[MAX_PIECES];
+    int32_t np = epyq_rlin_pieces(m->pool ? m->n_threads : 1, outs, c, acts[0]->m, pc, MAX_PIECES);
+    gemm_job j = {m, outs, pc, acts};
+    if (np <= 1 || !m->pool)
+        for (int32_t t = 0; t < np; t++) gemm_task(&j, t, 0);
+    else
+        epyq_pool_run(m->pool, gemm_task, &j, np);
+}
+
+static void run_same_act(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
+    const epyq_act *acts[MAX_OUTS];
+    for (int32_t i = 0; i < MAX_OUTS; i++) acts[i] = a;
+    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) run_outs(m, outs + i0, n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS, acts);
 }
 
 void epyq_rlin_run_many(epyq_model *m, const epyq_rlin_out *outs, int32_t n, const epyq_act *a) {
-    epyq_gemm_piece pc[MAX_PIECES];
-    for (int32_t i0 = 0; i0 < n; i0 += MAX_OUTS) {
-        int32_t c = n - i0 < MAX_OUTS ? n - i0 : MAX_OUTS;
-        int32_t np = epyq_rlin_pieces(m->pool ? m->n_threads : 1, outs + i0, c, a->m, pc, MAX_PIECES);
-        gemm_job j = {m, outs + i0, pc, a};
-        if (np <= 1 || !m->pool)
-            for (int32_t t = 0; t < np; t++) gemm_task(&j, t, 0);
-        else
-            epyq_pool_run(m->pool, gemm_task, &j, np);
+    bool any = false;
+    for (int32_t i = 0; i < n && !any; i++) any = outs[i].l->perm != NULL;
+    if (!any) {
+        run_same_act(m, outs, n, a);
+        return;
     }
+    /* Each distinct column order gets its activation prepared once, in a scratch slot; the
+     * outputs still share one pool run (up to PERM_SLOTS orders and MAX_OUTS outputs a run). */
+    epyq_rlin_out sel[MAX_OUTS];
+    const epyq_act *acts[MAX_OUTS];
+    epyq_act pa[PERM_SLOTS];
+    const epyq_rlin *slot_of[PERM_SLOTS];
+    int32_t ns = 0, nslots = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const epyq_rlin *l = outs[i].l;
+        int32_t s = -1;
+        for (int32_t q = 0; l->perm && q < nslots && s < 0; q++)
+            if (same_perm(slot_of[q], l)) s = q;
+        if (ns == MAX_OUTS || (l->perm && s < 0 && nslots == PERM_SLOTS)) { /* run what is gathered */
+            run_outs(m, sel, ns, acts);
+            ns = nslots = 0, s = -1;
+        }
+        if (l->perm && s < 0) {
+            s = nslots++;
+            slot_of[s] = l;
+            perm_act(m, s, l->perm, a, &pa[s]);
+        }
+        sel[ns] = outs[i];
+        acts[ns++] = l->perm ? &pa[s] : a;
+    }
+    if (ns) run_outs(m, sel, ns, acts);
 }
 
 void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *y, int32_t ldy) {
@@ -158,8 +247,28 @@ void epyq_rlin_run(epyq_model *m, const epyq_rlin *l, const epyq_act *a, float *
     epyq_rlin_run_many(m, &o, 1, a);
 }
 
-epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
-                           epyq_err *err) {
+/* Row r of q [n][k], s and z [n][gpr] becomes row row_order[r] of the originals (act-order experts). */
+static bool reorder_rows(uint8_t *q, float *s, uint8_t *z, int32_t n, int32_t k, int32_t gpr, const int32_t *order) {
+    uint8_t *q2 = malloc((size_t)n * k), *z2 = malloc((size_t)n * gpr);
+    float *s2 = malloc((size_t)n * gpr * sizeof *s2);
+    bool ok = q2 && z2 && s2;
+    for (int32_t r = 0; ok && r < n; r++) {
+        int32_t o = order[r];
+        memcpy(q2 + (size_t)r * k, q + (size_t)o * k, (size_t)k);
+        memcpy(s2 + (size_t)r * gpr, s + (size_t)o * gpr, (size_t)gpr * sizeof *s);
+        memcpy(z2 + (size_t)r * gpr, z + (size_t)o * gpr, (size_t)gpr);
+    }
+    if (ok) {
+        memcpy(q, q2, (size_t)n * k);
+        memcpy(s, s2, (size_t)n * gpr * sizeof *s);
+        memcpy(z, z2, (size_t)n * gpr);
+    }
+    free(q2), free(z2), free(s2);
+    return ok;
+}
+
+static epyq_status rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
+                             const int32_t *row_order, epyq_err *err) {
     const epyq_config *c = m->c;
     if (src->n_out < 1 || src->n_in < 1 || src->n_out > INT32_MAX || src->n_in > INT32_MAX)
         return epyq_err_set(err, EPYQ_E_SHAPE, "%s: shape [%lld][%lld] out of range", src->module,
@@ -186,10 +295,10 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         if (!q || !z || !s || !perm) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
         if (st == EPYQ_OK) st = epyq_linear_unpack_q4(src, c, q, s, src->scheme.sym ? NULL : z, perm,
                                                       &has_perm, err);
-        if (st == EPYQ_OK && has_perm)
-            st = epyq_err_set(err, EPYQ_E_UNSUPPORTED,
-                              "%s: act-order (non-trivial g_idx) int4 is not supported by the runtime",
-                              src->module);
+        /* symmetric: unpack left z alone, every zero is 8 */
+        if (st == EPYQ_OK && src->scheme.sym) memset(z, 8, ng);
+        if (st == EPYQ_OK && row_order && !reorder_rows(q, s, z, n, k, k / gs, row_order))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
         int asym = 0;
         for (size_t i = 0; st == EPYQ_OK && !src->scheme.sym && i < ng; i++) asym |= z[i] != 8;
         void *mem = NULL;
@@ -204,6 +313,11 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
         }
         if (st == EPYQ_OK) dst->q4 = true;
         else free(mem);
+        if (st == EPYQ_OK && has_perm) {
+            /* act-order: the packed columns are in g_idx group order; keep the order */
+            dst->perm = perm, perm = NULL;
+            atomic_store(&m->has_perm, true);
+        }
         free(q), free(z), free(s), free(perm);
         return st;
     }
@@ -236,7 +350,35 @@ epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows
     return st;
 }
 
+epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact,
+                           epyq_err *err) {
+    return rlin_load(m, dst, src, exact, NULL, err);
+}
+
+epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up, epyq_rlin *down,
+                                  const epyq_linear *gs, const epyq_linear *us, const epyq_linear *ds,
+                                  epyq_err *err) {
+    epyq_status st = rlin_load(m, down, ds, false, NULL, err);
+    /* h[i] = silu(gate_i x) up_i x is formed inside the kernel; down's packed column j reads
+     * h[perm[j]], so gate/up row j is made row perm[j] and down reads h in order */
+    const int32_t *order = st == EPYQ_OK ? down->perm : NULL;
+    if (order && (gs->n_out != down->k || us->n_out != down->k))
+        st = epyq_err_set(err, EPYQ_E_SHAPE, "%s: %lld / %lld gate/up rows for a down projection of %d inputs",
+                          ds->module, (long long)gs->n_out, (long long)us->n_out, down->k);
+    if (st == EPYQ_OK) st = rlin_load(m, gate, gs, false, order, err);
+    if (st == EPYQ_OK) st = rlin_load(m, up, us, false, order, err);
+    if (st == EPYQ_OK && !same_perm(gate, up))
+        st = epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                          "%s and %s: different act-order column orders (g_idx): the fused expert kernel reads "
+                          "one activation for both (GPTQ gives both one order, from their shared input)",
+                          gs->module, us->module);
+    free(down->perm);
+    down->perm = NULL;
+    return st;
+}
+
 void epyq_rlin_free(epyq_rlin *l) {
+    free(l->perm);
     if (l->q4) free(l->w4.mem), free(l->w4lo.mem);
     free(l->bf16);
     memset(l, 0, sizeof *l);

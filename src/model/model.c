@@ -36,9 +36,8 @@ static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w 
         TRY(epyq_rlin_requant(m, &mr->up[e], &mw->up[e], m->rq_experts, m->rq_gs, err));
         TRY(epyq_rlin_requant(m, &mr->down[e], &mw->down[e], m->rq_experts, m->rq_gs, err));
     } else {
-        TRY(epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err));
-        TRY(epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err));
-        TRY(epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err));
+        TRY(epyq_rlin_load_expert(m, &mr->gate[e], &mr->up[e], &mr->down[e], &mw->gate[e], &mw->up[e],
+                                  &mw->down[e], err));
     }
     /* the fused expert kernel wants gate/up/down of one kind and one intermediate size */
     const epyq_rlin *g = &mr->gate[e], *u = &mr->up[e], *d = &mr->down[e];
@@ -120,9 +119,14 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
             return err->code;
         }
     free(j.errs);
-    TRY(load_dense(m, &ly->m.sh_gate, &mw->sh_gate, err));
-    TRY(load_dense(m, &ly->m.sh_up, &mw->sh_up, err));
-    TRY(load_dense(m, &ly->m.sh_down, &mw->sh_down, err));
+    if (m->rq_dense != EPYQ_REQUANT_NONE && mw->sh_gate.kind != EPYQ_LIN_Q4) {
+        TRY(load_dense(m, &ly->m.sh_gate, &mw->sh_gate, err));
+        TRY(load_dense(m, &ly->m.sh_up, &mw->sh_up, err));
+        TRY(load_dense(m, &ly->m.sh_down, &mw->sh_down, err));
+    } else {
+        TRY(epyq_rlin_load_expert(m, &ly->m.sh_gate, &ly->m.sh_up, &ly->m.sh_down, &mw->sh_gate, &mw->sh_up,
+                                  &mw->sh_down, err));
+    }
     TRY(epyq_rlin_load(m, &ly->m.sh_expert_gate, &mw->sh_expert_gate, true, err));
     const epyq_rlin *g = &ly->m.sh_gate, *u = &ly->m.sh_up, *d = &ly->m.sh_down;
     if (g->q4 != u->q4 || g->q4 != d->q4)
@@ -158,6 +162,7 @@ void epyq_model_free(epyq_model *m) {
     layer_free(m, &m->mtp);
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
+    free(m->perm_x), free(m->perm_act);
     epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc), epyq_rlin_free(&m->draft_head);
     free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);
     if (m->pool) epyq_pool_free(m->pool);
@@ -210,7 +215,7 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     m->layers = calloc((size_t)m->L, sizeof(epyq_layer_rw));
     if (!m->inv_freq || !m->layers) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
     /* angles are formed in double at run time; only the frequencies are stored */
-    for (int32_t i = 0; i < m->rd / 2; i++) m->inv_freq[i] = pow(c->rope_theta, -2.0 * i / m->rd);
+    epyq_config_rope_freq(c, m->inv_freq, &m->rope_attn);
     for (int32_t l = 0; l < m->L; l++) {
         epyq_layer_rw *ly = &m->layers[l];
         ly->slot = w->layers[l].full_attn ? m->n_attn++ : m->n_gdn++;
@@ -259,6 +264,27 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     return EPYQ_OK;
 }
 
+/* A load that cannot fit is refused before anything is packed, with the numbers: the runtime
+ * keeps the int4 linears repacked and the 16-bit tensors copied (the mapping itself is page
+ * cache, which MemAvailable already counts as reclaimable). */
+static epyq_status check_fits(const epyq_weights *w, const char *dir, epyq_err *err) {
+    uint64_t avail;
+    char src[64];
+    if (!epyq_mem_available(&avail, src, sizeof src)) return EPYQ_OK;
+    epyq_weights_stats s;
+    epyq_weights_stats_get(w, &s);
+    if (s.resident_bytes <= avail) return EPYQ_OK;
+    uint64_t q4 = 0, dense = 0;
+    for (int k = 0; k < EPYQ_MK_COUNT; k++) q4 += s.kind[k].q4_bytes, dense += s.kind[k].dense_bytes;
+    char b[5][32];
+    return epyq_err_set(err, EPYQ_E_NOMEM,
+                        "%s: the model needs %s of memory (weights as the runtime holds them; on disk %s int4, "
+                        "%s 16-bit linears, %s other tensors) but %s is available (%s); nothing was loaded",
+                        dir, epyq_numa_size(s.resident_bytes, b[0], 32), epyq_numa_size(q4, b[1], 32),
+                        epyq_numa_size(dense, b[2], 32), epyq_numa_size(s.other_bytes, b[3], 32),
+                        epyq_numa_size(avail, b[4], 32), src);
+}
+
 epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
                             epyq_err *err) {
     *out = NULL;
@@ -272,6 +298,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     m->kt = o.kernels ? o.kernels : epyq_kern();
     epyq_bind_opts bo = {.skip_mtp = o.skip_mtp};
     epyq_status st = epyq_weights_bind(&m->w, dir, &bo, err);
+    if (st == EPYQ_OK) st = check_fits(m->w, dir, err);
     if (st == EPYQ_OK) {
         m->c = &m->w->cfg;
         m->has_mtp = m->w->has_mtp && !o.skip_mtp;

@@ -134,6 +134,9 @@ epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err);
 epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err);
 /* Bytes this sequence holds (KV + states). */
 uint64_t epyq_seq_bytes(const epyq_seq *s);
+/* Bytes a sequence of n_ctx positions would hold (KV + states), before creating it; *kv_bytes
+ * (may be NULL) gets the KV cache's share. */
+uint64_t epyq_model_seq_bytes(const epyq_model *m, int32_t n_ctx, epyq_kv_type kv, uint64_t *kv_bytes);
 
 /* A batch: token i belongs to seq[i] and sits at that sequence's next position; tokens of one
  * sequence appear in order (others may be interleaved between them). */

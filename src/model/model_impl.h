@@ -4,6 +4,7 @@
 #ifndef EPYQ_MODEL_IMPL_H
 #define EPYQ_MODEL_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,6 +21,9 @@ typedef struct {
     epyq_requant requant; /* made at load from a 16-bit linear (requant.c): INT4 = w4 alone;
                              INT8 = w4 (high nibble plane) + w4lo (low plane), y = W4 x + W4lo x */
     epyq_w4 w4lo;       /* INT8 requant only: the low nibble plane (w4lo.mem owned) */
+
+    int32_t *perm;      /* act-order int4: [k] input channel of packed column j (the columns are
+                         * stored so each g_idx group is contiguous), NULL = identity; owned */
 } epyq_rlin;
 
 typedef struct {
@@ -74,6 +78,7 @@ struct epyq_model {
     int32_t E, topk, I, Is;
     float eps;
     double *inv_freq;           /* [rd/2] rotary frequencies (double: angles reach 2.6e5 rad) */
+    double rope_attn;           /* YaRN's cos/sin scale (epyq_config_rope_freq), 1 without it */
     epyq_layer_rw *layers;           /* [L] */
     float *final_norm;          /* [H] */
     epyq_rlin lm_head;               /* [V][H] */
@@ -86,6 +91,13 @@ struct epyq_model {
      * numa_experts is set, model.c packs only expert 0 of each layer; NULL numa = one pool. */
     bool numa_experts;
     struct epyq_model_numa *numa;
+    /* Act-order (linear.c): some linear run through epyq_rlin_run_many has a perm (set by
+     * loads that may run in parallel, hence atomic); epyq_rlin_act then keeps room for one
+     * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
+    atomic_bool has_perm;
+    float *perm_x;              /* [perm_cap_x] x gathered by a perm */
+    void *perm_act;             /* [perm_cap_act] its prepared activation */
+    size_t perm_cap_x, perm_cap_act;
 };
 
 struct epyq_seq {
@@ -146,6 +158,13 @@ int32_t epyq_rlin_pieces(int32_t n_threads, const epyq_rlin_out *outs, int32_t n
 void epyq_rlin_rows(const epyq_model *m, const epyq_rlin *l, int32_t n0, int32_t n1, const epyq_act *a,
                float *y, int32_t ldy);
 epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src, bool exact, epyq_err *err);
+/* An expert's (routed or shared) gate/up/down, for the fused expert kernel, which reads one
+ * activation for gate and up and forms down's input itself: an act-order down's column order
+ * is absorbed by reordering gate's and up's output rows (down->perm stays NULL), and gate and
+ * up must share one column order (gate->perm, applied when the rows are gathered). */
+epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up, epyq_rlin *down,
+                                  const epyq_linear *gs, const epyq_linear *us, const epyq_linear *ds,
+                                  epyq_err *err);
 void epyq_rlin_free(epyq_rlin *l);
 /* Rows [r0, r0 + rows) of a 16/32-bit linear as fp32 into f [rows][n_in]. */
 epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows, float *f,

@@ -64,19 +64,25 @@ static void piece_rows(int32_t n, int32_t piece, int32_t p, int32_t *r0, int32_t
     if (*r1 > n) *r1 = n;
 }
 
-/* The input rows of a task's entries [base, base + n): xg [n][H]. */
-static void gather_rows(const moe_job *j, int32_t base, int32_t n, float *xg) {
+/* The input rows of a task's entries [base, base + n): xg [n][H], in the act-order column
+ * order of the expert's gate/up when they have one (perm, see epyq_rlin_load_expert). */
+static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t *perm, float *xg) {
     int32_t H = j->m->H;
-    for (int32_t r = 0; r < n; r++)
-        memcpy(xg + (size_t)r * H, j->x + (size_t)j->ent_tok[base + r] * H, (size_t)H * sizeof(float));
+    for (int32_t r = 0; r < n; r++) {
+        const float *x = j->x + (size_t)j->ent_tok[base + r] * H;
+        if (perm)
+            for (int32_t c = 0; c < H; c++) xg[(size_t)r * H + c] = x[perm[c]];
+        else
+            memcpy(xg + (size_t)r * H, x, (size_t)H * sizeof(float));
+    }
 }
 
 /* Gathered, prepared input rows of a task: xg [n][H] and its activation (abuf owned). */
-static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, float *xg,
-                       epyq_act *xa, void **abuf) {
+static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, const int32_t *perm,
+                       float *xg, epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
     int32_t H = m->H;
-    gather_rows(j, base, n, xg);
+    gather_rows(j, base, n, perm, xg);
     *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
     *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
     if (!*abuf) return false;
@@ -130,13 +136,13 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     bool ok = xg && y;
     epyq_act xa;
     if (ok && gate->q4 && gate->requant != EPYQ_REQUANT_INT8) {
-        ok = task_input(j, base, n, expert_path(j, tk->e), xg, &xa, &abuf);
+        ok = task_input(j, base, n, expert_path(j, tk->e), gate->perm, xg, &xa, &abuf);
         scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1) : NULL;
         ok = ok && scratch;
         if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
-        if (gate->q4) ok = task_input(j, base, n, EPYQ_PATH_A16, xg, &xa, &abuf);
-        else gather_rows(j, base, n, xg);
+        if (gate->q4) ok = task_input(j, base, n, EPYQ_PATH_A16, gate->perm, xg, &xa, &abuf);
+        else gather_rows(j, base, n, NULL, xg);
         if (!gate->q4)
             xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
         ok = ok && dense_expert(m, gate, up, down, &xa, rw, n, y);
@@ -174,7 +180,8 @@ static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
     float *xg = malloc((size_t)pc.n * m->H * sizeof(float));
     void *abuf = NULL;
     epyq_act xa;
-    bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), xg, &xa, &abuf);
+    bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), pc.gate->perm, xg, &xa,
+                                                  &abuf);
     if (ok && pc.r1 > pc.r0)
         m->kt->w4_expert_gu(&pc.gate->w4, &pc.up->w4, pc.r0, pc.r1, &xa,
                             j->h + (size_t)pc.base * j->ld_h + pc.r0, pc.gate->n, pc.scratch);

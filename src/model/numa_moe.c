@@ -170,7 +170,7 @@ void epyq_model_numa_free(epyq_model *m) {
         for (int32_t e = 0; mr->gate && e < m->E; e++) {
             epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
             for (int32_t i = 0; i < 3; i++)
-                if (placed(n, lin[i]->w4.mem)) memset(lin[i], 0, sizeof *lin[i]);
+                if (placed(n, lin[i]->w4.mem)) free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
         }
     }
     if (n->dense.ptr) {
@@ -179,7 +179,7 @@ void epyq_model_numa_free(epyq_model *m) {
         for (int32_t i = 0; i < cnt; i++)
             if (placed(n, lin[i]->q4 ? lin[i]->w4.mem : (void *)lin[i]->bf16)) {
                 free(lin[i]->w4lo.mem); /* an int8 requant's low plane stays on the heap */
-                memset(lin[i], 0, sizeof *lin[i]);
+                free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
             }
         epyq_numa_buf_free(&n->dense);
     }
@@ -219,9 +219,8 @@ static void pack_task(void *ctx, int32_t task, int32_t worker) {
     epyq_err *err = &j->errs[id];
     /* expert 0 was packed by model.c (it fixed the group size); the rest are packed here */
     if (e > 0) {
-        if (epyq_rlin_load(m, &mr->gate[e], &mw->gate[e], false, err) != EPYQ_OK ||
-            epyq_rlin_load(m, &mr->up[e], &mw->up[e], false, err) != EPYQ_OK ||
-            epyq_rlin_load(m, &mr->down[e], &mw->down[e], false, err) != EPYQ_OK)
+        if (epyq_rlin_load_expert(m, &mr->gate[e], &mr->up[e], &mr->down[e], &mw->gate[e], &mw->up[e], &mw->down[e],
+                                  err) != EPYQ_OK)
             return;
     }
     epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
@@ -420,8 +419,11 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
     void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, m->path), 1);
     void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, H), 1);
     if (xg && abuf && scratch) {
-        for (int32_t r = 0; r < n; r++)
-            memcpy(xg + (size_t)r * H, j->x + (size_t)u->tokens[r] * H, (size_t)H * sizeof(float));
+        for (int32_t r = 0; r < n; r++) /* act-order gate/up: their column order (linear.c) */
+            if (gate->perm)
+                for (int32_t c = 0; c < H; c++) xg[(size_t)r * H + c] = j->x[(size_t)u->tokens[r] * H + gate->perm[c]];
+            else
+                memcpy(xg + (size_t)r * H, j->x + (size_t)u->tokens[r] * H, (size_t)H * sizeof(float));
         epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = m->path, .f32 = xg, .buf = NULL};
         m->kt->act_prep(&xa, xg, n, H, m->gs, m->path, abuf);
         m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, i0, i1, &xa, u->weights, out, ldo, scratch);

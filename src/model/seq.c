@@ -31,9 +31,9 @@ static float e4m3_to_f32(uint8_t c) {
 epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
                             epyq_err *err) {
     *out = NULL;
-    if (n_ctx < 1 || n_ctx > m->c->max_position_embeddings)
-        return epyq_err_set(err, EPYQ_E_ARG, "context %d outside [1, %lld] (max_position_embeddings)",
-                            n_ctx, (long long)m->c->max_position_embeddings);
+    if (n_ctx < 1 || n_ctx > m->c->max_ctx)
+        return epyq_err_set(err, EPYQ_E_ARG, "context %d outside [1, %lld] (%s)", n_ctx, (long long)m->c->max_ctx,
+                            m->c->yarn ? "YaRN: original_max_position_embeddings x factor" : "max_position_embeddings");
     epyq_seq *s = calloc(1, sizeof *s);
     if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "sequence: out of memory");
     s->m = m, s->n_ctx = n_ctx, s->kv = kv;
@@ -125,11 +125,15 @@ epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err) {
 int32_t epyq_seq_pos(const epyq_seq *s) { return s->pos; }
 int32_t epyq_seq_ctx(const epyq_seq *s) { return s->n_ctx; }
 
-uint64_t epyq_seq_bytes(const epyq_seq *s) {
-    const epyq_model *m = s->m;
-    uint64_t kv = 2ull * s->n_kv_layers * (uint64_t)s->n_ctx * m->nkv * m->hd * s->kv_elem;
+uint64_t epyq_seq_bytes(const epyq_seq *s) { return epyq_model_seq_bytes(s->m, s->n_ctx, s->kv, NULL); }
+
+uint64_t epyq_model_seq_bytes(const epyq_model *m, int32_t n_ctx, epyq_kv_type kv, uint64_t *kv_bytes) {
+    /* the same sizes epyq_seq_create allocates */
+    uint64_t layers = (uint64_t)m->n_attn + (m->has_mtp ? 1u : 0u), elem = kv == EPYQ_KV_FP8 ? 1 : 2;
+    uint64_t k = 2ull * layers * (uint64_t)n_ctx * (uint64_t)m->nkv * (uint64_t)m->hd * elem;
     uint64_t st = (uint64_t)m->n_gdn * ((uint64_t)(m->Kc - 1) * m->conv_dim + (uint64_t)m->Hv * m->Dk * m->Dv);
-    return kv + st * sizeof(float);
+    if (kv_bytes) *kv_bytes = k;
+    return k + st * sizeof(float);
 }
 
 void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v) {

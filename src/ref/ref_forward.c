@@ -61,6 +61,7 @@ struct epyq_ref {
     int32_t E, topk, I, Is;             /* MoE */
     double eps;
     double *inv_freq;                   /* [rd/2] */
+    double rope_attn;                   /* YaRN's cos/sin scale, 1 without it */
     layer *layers;                      /* [L] */
     float *final_norm;                  /* [H] */
     mat lm_head;                        /* [V][H] */
@@ -112,7 +113,7 @@ static void rope(const epyq_ref *r, double *v, int32_t pos) {
     int32_t half = r->rd / 2;
     for (int32_t i = 0; i < half; i++) {
         double ang = (double)pos * r->inv_freq[i];
-        double c = cos(ang), s = sin(ang);
+        double c = cos(ang) * r->rope_attn, s = sin(ang) * r->rope_attn;
         double a = v[i], b = v[i + half];
         v[i] = a * c - b * s;
         v[i + half] = b * c + a * s;
@@ -491,7 +492,7 @@ static epyq_status ref_load(epyq_ref *r, const epyq_weights *w, epyq_err *err) {
     bool ok = true;
     r->inv_freq = zalloc((size_t)r->rd / 2 + 1, sizeof(double), &ok);
     if (!ok) return epyq_err_set(err, EPYQ_E_NOMEM, "reference: out of memory");
-    for (int32_t i = 0; i < r->rd / 2; i++) r->inv_freq[i] = pow(c->rope_theta, -2.0 * i / r->rd);
+    if (r->inv_freq) epyq_config_rope_freq(c, r->inv_freq, &r->rope_attn);
 
     /* scratch vectors: the widest projection, the router, the cache length, an expert */
     r->ws = imax(imax(r->conv_dim, 2 * r->nq * r->hd), imax(2 * r->nkv * r->hd, r->Hv * r->Dv));

@@ -142,11 +142,11 @@ static void vision_linears(strlist *l, const epyq_synth_dims *d, bool quark_orde
 
 /* ---- quantization blocks ---- */
 
-static cJSON *gptq_block(void) {
+static cJSON *gptq_block(bool act_order) {
     cJSON *q = cJSON_CreateObject(), *dyn = cJSON_CreateObject(), *meta = cJSON_CreateObject();
     num(q, "bits", 4);
     num(q, "group_size", 128);
-    boolean(q, "desc_act", false);
+    boolean(q, "desc_act", act_order);
     boolean(q, "sym", true);
     boolean(q, "lm_head", false);
     str(q, "quant_method", "gptq");
@@ -178,7 +178,7 @@ static cJSON *ct_block(const epyq_synth_dims *d, bool *oom) {
     cJSON_AddNullToObject(g0, "output_activations");
     cJSON_AddItemToArray(targets, cJSON_CreateString("Linear"));
     cJSON_AddItemToObject(g0, "targets", targets);
-    str(w, "actorder", "static");
+    str(w, "actorder", d->act_order ? "group" : "static");
     cJSON_AddNullToObject(w, "block_structure");
     boolean(w, "dynamic", false);
     num(w, "group_size", 128);
@@ -393,7 +393,7 @@ epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, 
     str(c, "model_type", "qwen3_5_moe");
     cJSON *qc = NULL;
     switch (f) {
-    case EPYQ_SYNTH_GPTQ: qc = gptq_block(); break;
+    case EPYQ_SYNTH_GPTQ: qc = gptq_block(d->act_order); break;
     case EPYQ_SYNTH_CT: qc = ct_block(d, &oom); break;
     case EPYQ_SYNTH_QUARK: qc = quark_block(d, &oom); break;
     case EPYQ_SYNTH_AWQ: qc = awq_block(); break;

@@ -54,6 +54,7 @@ typedef struct {
     size_t n, k, gn, rows_per_task;
     float *s;
     uint8_t *z;
+    const int32_t *perm; /* act-order column order, NULL = natural */
 } quant_job;
 
 static void quant_task(void *ctx, int32_t task, int32_t worker) {
@@ -62,7 +63,18 @@ static void quant_task(void *ctx, int32_t task, int32_t worker) {
     size_t r0 = (size_t)task * j->rows_per_task, r1 = r0 + j->rows_per_task;
     for (size_t i = r0; i < r1 && i < j->n; i++) {
         epyq_synth_fill(j->r, i * j->k, j->k, row);
-        epyq_synth_quantize(j->e->f, row, 1, (int32_t)j->k, j->e->q + i * j->k, j->s + i * j->gn, j->z + i * j->gn);
+        if (!j->perm) {
+            epyq_synth_quantize(j->e->f, row, 1, (int32_t)j->k, j->e->q + i * j->k, j->s + i * j->gn, j->z + i * j->gn);
+            continue;
+        }
+        /* act-order: groups are runs of 128 in the permuted order; codes go back to their
+         * original columns (the second half of the worker's buffer holds the gathered row,
+         * the first half then the permuted codes) */
+        float *rp = row + MAX_K;
+        uint8_t *qp = (uint8_t *)row;
+        for (size_t c = 0; c < j->k; c++) rp[c] = row[j->perm[c]];
+        epyq_synth_quantize(j->e->f, rp, 1, (int32_t)j->k, qp, j->s + i * j->gn, j->z + i * j->gn);
+        for (size_t c = 0; c < j->k; c++) j->e->q[i * j->k + (size_t)j->perm[c]] = qp[c];
     }
 }
 
@@ -73,8 +85,8 @@ static epyq_status quantize_module(synth_emitter *e, const synth_tensor *t, epyq
     if (k > MAX_K || k % GS) return epyq_err_set(err, EPYQ_E_INTERNAL, "synth: %s has in_features %zu", t->logical, k);
     epyq_status st = grow((void **)&e->q, &e->q_cap, n * k, 1, err);
     if (!st && !e->rows) {
-        e->row_cap = MAX_K;
-        if (!(e->rows = malloc((size_t)e->nw * MAX_K * sizeof *e->rows)))
+        e->row_cap = 2 * MAX_K; /* a row, and its act-order gather */
+        if (!(e->rows = malloc((size_t)e->nw * e->row_cap * sizeof *e->rows)))
             st = epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory");
     }
     if (st) return st;
@@ -96,8 +108,18 @@ static epyq_status quantize_module(synth_emitter *e, const synth_tensor *t, epyq
         return st;
     }
     quant_job j = {.e = e, .r = &r, .n = n, .k = k, .gn = gn, .s = s, .z = z};
+    int32_t *perm = NULL;
+    if (e->d->act_order) {
+        if (!(perm = malloc(k * sizeof *perm))) {
+            if (s != e->ms[t->module]) free(s), free(z);
+            return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory quantizing %s", t->logical);
+        }
+        epyq_synth_act_perm(e->seed, t->logical, (int32_t)k, perm);
+        j.perm = perm;
+    }
     j.rows_per_task = (65536 + k - 1) / k; /* ~64k weights per task */
     epyq_pool_run(e->pool, quant_task, &j, (int32_t)((n + j.rows_per_task - 1) / j.rows_per_task));
+    free(perm);
     e->cur = t->module;
     if (e->left[t->module] > 0) e->ms[t->module] = s, e->mz[t->module] = z;
     else free(s), free(z);
@@ -152,7 +174,15 @@ static epyq_status emit_q_part(synth_emitter *e, const synth_tensor *t, synth_si
     if (t->src == SRC_Q_GIDX) { /* desc_act false: trivial k / G, written anyway by GPTQModel */
         int32_t *o = epyq_synth_sink_get(sk, (size_t)k * 4);
         if (!o) return EPYQ_E_IO;
-        for (int32_t i = 0; i < k; i++) o[i] = i / GS;
+        if (!e->d->act_order) {
+            for (int32_t i = 0; i < k; i++) o[i] = i / GS;
+            return EPYQ_OK;
+        }
+        int32_t *perm = malloc((size_t)k * sizeof *perm);
+        if (!perm) return epyq_err_set(err, EPYQ_E_NOMEM, "synth: out of memory for %s", t->name);
+        epyq_synth_act_perm(e->seed, t->logical, k, perm);
+        for (int32_t i = 0; i < k; i++) o[perm[i]] = i / GS;
+        free(perm);
         return EPYQ_OK;
     }
     if (t->src == SRC_Q_PACKED || !e->ms[t->module])

@@ -85,6 +85,7 @@ static void linear(builder *b, const char *mod, int32_t n, int32_t k, bool q4) {
         parts[np++] = (struct part){"weight_packed", SRC_Q_PACKED, SD_I32, 2, n, (k + 7) / 8};
         parts[np++] = (struct part){"weight_scale", SRC_Q_SCALES, SD_BF16, 2, n, gn};
         parts[np++] = (struct part){"weight_shape", SRC_Q_SHAPE, SD_I64, 1, 2, 0};
+        if (b->d->act_order) parts[np++] = (struct part){"weight_g_idx", SRC_Q_GIDX, SD_I32, 1, k, 0};
         break;
     case EPYQ_SYNTH_QUARK:
         parts[np++] = (struct part){"weight", SRC_Q_PACKED, SD_I32, 2, k, n8};

@@ -131,3 +131,30 @@ void epyq_synth_pack_along_n(const uint8_t *q, int32_t n, int32_t stride, int32_
         out[c] = w;
     }
 }
+
+void epyq_synth_act_perm(uint64_t seed, const char *logical, int32_t k, int32_t *perm) {
+    /* FNV-1a of the name mixed with the seed, then a splitmix64 stream driving Fisher-Yates:
+     * the same module always gets the same order, every module its own */
+    uint64_t h = 1469598103934665603ull ^ (seed * 0x9E3779B97F4A7C15ull);
+    /* an expert's up_proj takes gate_proj's order: GPTQ orders columns by the Hessian of the
+     * input, which the two share (the runtime's fused expert kernel relies on it). q/k/v and
+     * the DeltaNet projections share an input too but keep orders of their own here, so the
+     * runtime's per-order activations are exercised. */
+    size_t len = strlen(logical), cut = len;
+    if (len >= 8 && !strcmp(logical + len - 8, ".up_proj")) cut = len - 8;
+    for (size_t i = 0; i < cut; i++) h = (h ^ (uint8_t)logical[i]) * 1099511628211ull;
+    if (cut != len)
+        for (const char *c = ".gate_proj"; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    else
+        for (size_t i = cut; i < len; i++) h = (h ^ (uint8_t)logical[i]) * 1099511628211ull;
+    for (int32_t i = 0; i < k; i++) perm[i] = i;
+    for (int32_t i = k - 1; i > 0; i--) {
+        uint64_t z = (h += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        int32_t j = (int32_t)(z % (uint64_t)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+}

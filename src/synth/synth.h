@@ -52,6 +52,12 @@ typedef struct {
     int32_t vis_depth, vis_hidden, vis_inter, vis_heads, vis_pos, vis_cfg_depth, vis_cfg_hidden,
         vis_cfg_inter, vis_cfg_heads, vis_cfg_pos;
     bool tiny;                   /* small test shape (fixture-like vision_config, max_pos 4096) */
+    /* Act-order int4 (GPTQ desc_act true / compressed-tensors actorder "group", with g_idx /
+     * weight_g_idx): each int4 module's columns are quantized in a random order of its own
+     * (epyq_synth_act_perm) and stored in the original order, as GPTQModel and LLM Compressor do.
+     * A layout choice rather than a shape, but it has to reach the plan, the emitter and the
+     * config writer, which all take the dims. gptq and ct only. */
+    bool act_order;
 } epyq_synth_dims;
 
 /* shape "tiny" | "35b-a3b"; layers/experts/vocab override when > 0. */

@@ -56,8 +56,12 @@ void epyq_synth_fill_bf16(const synth_rule *r, uint64_t first, size_t n, uint16_
 #define SYNTH_GS 128 /* group size of every int4 format synth writes */
 /* Quantize W [n][k] by the rule of the tool that writes `f` (docs/quant-formats.md §2): q [n][k],
  * s [n][k/128] (the value as stored: f16 for GPTQ/AWQ, bf16 for CT/Quark), z [n][k/128]. */
-void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q,
-                         float *s, uint8_t *z);
+/* The act-order column order of an int4 module (epyq_synth_dims.act_order): perm[j] = the
+ * input column quantized j-th, a permutation of [0, k) drawn from (seed, logical name). The
+ * stored g_idx is then g_idx[perm[j]] = j / 128. */
+void epyq_synth_act_perm(uint64_t seed, const char *logical, int32_t k, int32_t *perm);
+void epyq_synth_quantize(epyq_synth_format f, const float *w, int32_t n, int32_t k, uint8_t *q, float *s,
+                    uint8_t *z);
 
 /* One row of each packed tensor, from canonical codes (row index = the tensor's dim 0). */
 void epyq_synth_pack_gptq_qweight(const uint8_t *q, int32_t n, int32_t k, int32_t row, uint32_t *out /*[n]*/);

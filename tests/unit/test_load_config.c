@@ -2,6 +2,7 @@
  * variants: what is read, what is derived, and that every unsupported scheme is refused by
  * name (EPYQ_E_QUANT) instead of being loaded "best effort". */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,7 +105,9 @@ START_TEST(text_config_refusals) {
     refuse(EPYQ_QF_NONE, "[\"linear_attention\", \"full_attention\"]", "[\"linear_attention\"]", EPYQ_E_FORMAT,
            "layer_types has 1 entries, num_hidden_layers is 2");
     refuse(EPYQ_QF_NONE, "\"full_attention\"]", "\"sliding_attention\"]", EPYQ_E_FORMAT, "layer_types[1]");
-    refuse(EPYQ_QF_NONE, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", EPYQ_E_FORMAT, "rope_type \"yarn\"");
+    refuse(EPYQ_QF_NONE, "\"rope_type\": \"default\"", "\"rope_type\": \"yarn\"", EPYQ_E_FORMAT, "yarn needs a factor");
+    refuse(EPYQ_QF_NONE, "\"rope_type\": \"default\"", "\"rope_type\": \"longrope\"", EPYQ_E_FORMAT,
+           "rope_type \"longrope\" is not supported (default, yarn)");
     refuse(EPYQ_QF_NONE, "[3, 3, 2]", "[3, 3, 3]", EPYQ_E_FORMAT, "mrope_section");
     refuse(EPYQ_QF_NONE, "\"eos_token_id\": 30", "\"eos_token_id\": 32", EPYQ_E_FORMAT, "eos_token_id");
     refuse(EPYQ_QF_NONE, "\"model_type\": \"qwen3_5_moe\"", "\"model_type\": \"llama\"", EPYQ_E_FORMAT, "model_type \"llama\"");
@@ -255,6 +258,62 @@ START_TEST(ct_refusals) {
 }
 END_TEST
 
+/* Issue 13: YaRN as Qwen documents it for contexts past 262,144 (factor 4 over an original
+ * context equal to max_position_embeddings) and DeepSeek-V3's spelling (max_position_embeddings
+ * raised, factor from the ratio). The frequencies are checked against transformers'
+ * _compute_yarn_parameters, transcribed here independently in double. */
+static double yarn_ref(double base, int rd, double factor, double L, int i) {
+    double lo = floor(rd * log(L / (32 * 2 * M_PI)) / (2 * log(base)));
+    double hi = ceil(rd * log(L / (1 * 2 * M_PI)) / (2 * log(base)));
+    lo = fmax(lo, 0), hi = fmin(hi, rd - 1);
+    double ramp = fmin(fmax((i - lo) / (hi - lo), 0), 1), pf = pow(base, 2.0 * i / rd);
+    return (1.0 / (factor * pf)) * ramp + (1.0 / pf) * (1 - ramp);
+}
+
+START_TEST(rope_yarn) {
+    const char *from = "\"rope_type\": \"default\",";
+    char *s = variant(EPYQ_QF_NONE, from,
+                      "\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 262144,");
+    epyq_config c;
+    parse_ok(&c, s, NULL, NULL);
+    ck_assert(c.yarn && c.yarn_factor == 4.0 && c.yarn_orig_ctx == 262144);
+    ck_assert_int_eq(c.max_position_embeddings, 262144);
+    ck_assert_int_eq(c.max_ctx, 4 * 262144);
+    double f[64], af;
+    int half = c.rotary_dim / 2;
+    ck_assert_int_le(half, 64);
+    epyq_config_rope_freq(&c, f, &af);
+    ck_assert(fabs(af - (0.1 * log(4.0) + 1)) < 1e-15);
+    int n_kept = 0, n_scaled = 0;
+    for (int i = 0; i < half; i++) {
+        double want = yarn_ref(c.rope_theta, c.rotary_dim, 4.0, 262144, i);
+        ck_assert_msg(fabs(f[i] - want) <= 1e-15 * want, "inv_freq[%d] %.17g, want %.17g", i, f[i], want);
+        double plain = pow(c.rope_theta, -2.0 * i / c.rotary_dim);
+        n_kept += f[i] == plain, n_scaled += fabs(f[i] * 4 - plain) < 1e-15 * plain;
+    }
+    ck_assert_msg(n_kept > 0 && n_scaled > 0, "kept %d scaled %d of %d", n_kept, n_scaled, half);
+    epyq_config_free(&c);
+    free(s);
+    /* DeepSeek-V3's spelling: max_position_embeddings 4x the original, the factor follows it */
+    s = variant(EPYQ_QF_NONE, from,
+                "\"rope_type\": \"yarn\", \"factor\": 8.0, \"original_max_position_embeddings\": 65536,"
+                " \"attention_factor\": 1.25,");
+    parse_ok(&c, s, NULL, NULL);
+    ck_assert(c.yarn_factor == 262144.0 / 65536 && c.yarn_attn_factor == 1.25);
+    ck_assert_int_eq(c.max_ctx, 262144);
+    epyq_config_free(&c);
+    free(s);
+    /* without rope scaling the context is max_position_embeddings and the frequencies plain */
+    s = variant(EPYQ_QF_NONE, NULL, NULL);
+    parse_ok(&c, s, NULL, NULL);
+    ck_assert(!c.yarn && c.max_ctx == c.max_position_embeddings);
+    epyq_config_rope_freq(&c, f, &af);
+    ck_assert(af == 1.0 && f[1] == pow(c.rope_theta, -2.0 / c.rotary_dim));
+    epyq_config_free(&c);
+    free(s);
+}
+END_TEST
+
 START_TEST(quark_variants) {
     char *s = variant(EPYQ_QF_QUARK, NULL, NULL);
     epyq_config c;
@@ -277,6 +336,41 @@ START_TEST(quark_variants) {
 }
 END_TEST
 
+/* Issue 13: Quark layer_quant_config (name patterns) and layer_type_quant_config ("Linear")
+ * replace the global weight spec for the modules they name; a null weight leaves them 16-bit.
+ * Exclude still wins, then per-layer, then per-type, then global. */
+START_TEST(quark_layer_overrides) {
+    const char *spec = "{\"weight\": {\"dtype\": \"int4\", \"qscheme\": \"per_group\", \"group_size\": 64, "
+                       "\"ch_axis\": -1, \"symmetric\": true, \"is_dynamic\": false}, \"input_tensors\": null}";
+    char to[1024];
+    snprintf(to, sizeof to,
+             "\"layer_quant_config\": {\"model.language_model.layers.0.mlp.experts.0.gate_proj\": %s, "
+             "\"re:.*experts\\\\.1\\\\..*\": {\"weight\": null}, \"*.layers.1.mlp.experts.*\": %s}",
+             spec, spec);
+    char *s = variant(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", to);
+    epyq_config c;
+    parse_ok(&c, s, NULL, NULL);
+    epyq_qscheme q = epyq_qconfig_for(&c, EXP); /* exact entry */
+    ck_assert(q.quantized && q.group_size == 64 && q.sym);
+    ck_assert(!epyq_qconfig_for(&c, "model.language_model.layers.0.mlp.experts.1.up_proj").quantized); /* re:, null */
+    q = epyq_qconfig_for(&c, "model.language_model.layers.1.mlp.experts.2.down_proj"); /* glob */
+    ck_assert(q.quantized && q.group_size == 64);
+    q = epyq_qconfig_for(&c, "model.language_model.layers.0.mlp.experts.2.down_proj"); /* global */
+    ck_assert(q.quantized && q.group_size == 128);
+    ck_assert(!epyq_qconfig_for(&c, SHUP).quantized); /* exclude wins */
+    epyq_config_free(&c);
+    free(s);
+    /* per type: every linear not named per layer */
+    snprintf(to, sizeof to, "\"layer_type_quant_config\": {\"Linear\": %s}", spec);
+    s = variant(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", to);
+    parse_ok(&c, s, NULL, NULL);
+    ck_assert_int_eq(epyq_qconfig_for(&c, EXP).group_size, 64);
+    ck_assert(!epyq_qconfig_for(&c, ROUTER).quantized);
+    epyq_config_free(&c);
+    free(s);
+}
+END_TEST
+
 START_TEST(quark_refusals) {
     refuse(EPYQ_QF_QUARK, "\"dtype\": \"int4\"", "\"dtype\": \"fp8_e4m3\"", EPYQ_E_QUANT, "dtype \"fp8_e4m3\"");
     refuse(EPYQ_QF_QUARK, "\"weight_format\": \"real_quantized\"", "\"weight_format\": \"fake_quantized\"", EPYQ_E_QUANT,
@@ -286,8 +380,20 @@ START_TEST(quark_refusals) {
     refuse(EPYQ_QF_QUARK, "\"group_size\": 128", "\"group_size\": 16", EPYQ_E_QUANT, "group_size 16");
     refuse(EPYQ_QF_QUARK, "\"input_tensors\": null", "\"input_tensors\": {\"dtype\": \"fp8_e4m3\"}", EPYQ_E_QUANT,
            "activation quantization");
-    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", "\"layer_quant_config\": {\"*experts*\": {}}", EPYQ_E_QUANT,
-           "layer_quant_config");
+    /* per-layer / per-type entries are supported (quark_layer_overrides); refused inside them:
+     * a dtype other than the global one, activation specs, types other than Linear */
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"weight\": {\"dtype\": \"uint4\", \"qscheme\": \"per_group\","
+           " \"group_size\": 128, \"ch_axis\": -1, \"symmetric\": false}}}",
+           EPYQ_E_QUANT, "layer_quant_config[\"*experts.1.*\"]: weight dtype uint4 differs from the global int4");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"input_tensors\": {\"dtype\": \"fp8_e4m3\"}}}", EPYQ_E_QUANT,
+           "layer_quant_config[\"*experts.1.*\"].input_tensors is set");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}", "\"layer_type_quant_config\": {\"Embedding\": {}}",
+           EPYQ_E_QUANT, "layer_type_quant_config[\"Embedding\"]: only \"Linear\"");
+    refuse(EPYQ_QF_QUARK, "\"layer_quant_config\": {}",
+           "\"layer_quant_config\": {\"*experts.1.*\": {\"weight\": {\"dtype\": \"int4\", \"qscheme\": \"per_channel\"}}}",
+           EPYQ_E_QUANT, "layer_quant_config[\"*experts.1.*\"] qscheme \"per_channel\"");
     refuse(EPYQ_QF_QUARK, "\"ch_axis\": -1", "\"ch_axis\": 0", EPYQ_E_QUANT, "ch_axis 0");
     refuse(EPYQ_QF_QUARK, "\"is_dynamic\": false", "\"is_dynamic\": true", EPYQ_E_QUANT, "is_dynamic");
     refuse(EPYQ_QF_QUARK, "\"export\": {", "\"exporx\": {", EPYQ_E_QUANT, "no export block");
@@ -334,6 +440,8 @@ int main(void) {
     tcase_add_test(tc, ct_refusals);
     tcase_add_test(tc, quark_variants);
     tcase_add_test(tc, quark_refusals);
+    tcase_add_test(tc, quark_layer_overrides);
+    tcase_add_test(tc, rope_yarn);
     tcase_add_test(tc, awq_and_unknown);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

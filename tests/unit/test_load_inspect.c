@@ -151,16 +151,106 @@ START_TEST(bad_folder) {
 }
 END_TEST
 
-START_TEST(check_tensors_finds_nan_scale) {
-    /* A NaN scale passes the structural checks; --check-tensors decodes and names it. */
+/* A folder of format fmt (sym or not) with one 16-bit value or one 32-bit word of `tensor`
+ * replaced; NULL tensor: unchanged. */
+static char *tiny_poked(epyq_qformat fmt, bool sym, int gptq_version, const char *tensor, size_t index,
+                        int width, uint32_t value) {
+    tc_opts o = tc_defaults(fmt);
+    o.sym = sym;
+    if (gptq_version) o.gptq_version = gptq_version;
+    char *dir = epyq_test_tmpdir();
+    tc_list l = {0};
+    tc_model(&l, &o);
+    if (tensor) {
+        tc_tensor *t = tc_find(&l, tensor);
+        ck_assert_msg(t != NULL, "%s", tensor);
+        ck_assert_uint_le((index + 1) * (size_t)width, t->nbytes);
+        if (width == 2) {
+            uint16_t h = (uint16_t)value;
+            memcpy(t->data + 2 * index, &h, 2);
+        } else {
+            memcpy(t->data + 4 * index, &value, 4);
+        }
+    }
+    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
+    tc_free(&l);
+    return dir;
+}
+
+/* `epyq inspect -m dir` fails with one line holding every needle. */
+static void expect_refused(char *dir, const char *n1, const char *n2, const char *n3) {
+    result r = run("-m", dir, NULL, NULL);
+    ck_assert_msg(r.rc == 1, "rc %d, out %s", r.rc, r.out);
+    ck_assert_str_eq(r.out, "");
+    ck_assert_int_eq(count_lines(r.err), 1);
+    const char *n[] = {n1, n2, n3};
+    for (int i = 0; i < 3; i++) ck_assert_msg(!n[i] || strstr(r.err, n[i]), "'%s' not in: %s", n[i], r.err);
+    result_free(&r);
+    rm_dir(dir);
+}
+
+#define EXP "model.language_model.layers.1.mlp.experts.2."
+
+START_TEST(scales_checked_by_default) {
+    /* CT weight_scale [N][Gn], Gn = 1 here: element 5 is output row 5, group 0. Before issue
+     * 13 a NaN here said "validation: OK" unless --check-tensors was given. */
+    expect_refused(tiny_poked(EPYQ_QF_CT, true, 0, EXP "up_proj.weight_scale", 5, 2, 0x7FC0),
+                   EXP "up_proj.weight_scale", "output row 5, group 0", "found NaN");
+    expect_refused(tiny_poked(EPYQ_QF_CT, true, 0, EXP "up_proj.weight_scale", 7, 2, 0xFF80),
+                   "output row 7, group 0", "found inf", NULL);
+    /* GPTQ scales are F16 [Gn][N]: element 9 is row 9; -1.0 and +0 */
+    expect_refused(tiny_poked(EPYQ_QF_GPTQ, true, 2, EXP "down_proj.scales", 9, 2, 0xBC00),
+                   EXP "down_proj.scales", "scale -1 for output row 9, group 0", "negative");
+    expect_refused(tiny_poked(EPYQ_QF_GPTQ, false, 1, EXP "gate_proj.scales", 3, 2, 0x0000),
+                   "output row 3, group 0", "found zero", NULL);
+    /* Quark BF16 [Gn][N] */
+    expect_refused(tiny_poked(EPYQ_QF_QUARK, true, 0, EXP "gate_proj.weight_scale", 4, 2, 0x8000),
+                   EXP "gate_proj.weight_scale", "output row 4", NULL);
+    /* --check-tensors keeps the full decode and still names the scale */
+    char *dir = tiny_poked(EPYQ_QF_CT, true, 0, EXP "up_proj.weight_scale", 5, 2, 0x7FC0);
+    result r = run("-m", dir, "--check-tensors", NULL);
+    ck_assert_int_eq(r.rc, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, EXP "up_proj.weight_scale"));
+    result_free(&r);
+    rm_dir(dir);
+}
+END_TEST
+
+START_TEST(zero_points_checked_by_default) {
+    /* GPTQ sym qzeros [Gn][N/8]: word 1 holds outputs 8..15 of group 0. v2 must store 8s,
+     * v1 7s; slot 2 set to 5 (v2) is output 10. */
+    expect_refused(tiny_poked(EPYQ_QF_GPTQ, true, 2, EXP "gate_proj.qzeros", 1, 4, 0x88888588u),
+                   EXP "gate_proj.qzeros", "zero point 5 stored for output row 10, group 0", "expected 8");
+    expect_refused(tiny_poked(EPYQ_QF_GPTQ, true, 1, EXP "gate_proj.qzeros", 0, 4, 0x77777777u + 1),
+                   "zero point 8 stored for output row 0, group 0", "expected 7", NULL);
+    /* Quark int4 (symmetric) stores signed zeros 0: a 3 in the first word's slot 0 is output 0 */
+    expect_refused(tiny_poked(EPYQ_QF_QUARK, true, 0, EXP "down_proj.weight_zero_point", 0, 4, 3),
+                   EXP "down_proj.weight_zero_point", "zero point 3", "expected 0");
+    /* asymmetric zeros are free: the unchanged asym folders pass */
+    const epyq_qformat fm[] = {EPYQ_QF_GPTQ, EPYQ_QF_CT, EPYQ_QF_QUARK, EPYQ_QF_AWQ};
+    for (int i = 0; i < 4; i++) {
+        char *dir = tiny_poked(fm[i], fm[i] == EPYQ_QF_AWQ ? false : i % 2 == 0, 1, NULL, 0, 0, 0);
+        result r = run("-m", dir, NULL, NULL);
+        ck_assert_msg(r.rc == 0, "format %d: %s", (int)fm[i], r.err);
+        ck_assert_ptr_nonnull(strstr(r.out, "int4 scales / zero points / g_idx checked"));
+        result_free(&r);
+        rm_dir(dir);
+    }
+}
+END_TEST
+
+START_TEST(gidx_checked_by_default) {
+    /* in_features 128 at group 128 is one group: g_idx 1 is out of range */
+    expect_refused(tiny_poked(EPYQ_QF_GPTQ, true, 2, EXP "up_proj.g_idx", 17, 4, 1), EXP "up_proj.g_idx",
+                   "g_idx[17] = 1", "[0, 1)");
+}
+END_TEST
+
+START_TEST(unexpected_tensors_listed) {
     tc_opts o = tc_defaults(EPYQ_QF_CT);
     char *dir = epyq_test_tmpdir();
     tc_list l = {0};
     tc_model(&l, &o);
-    tc_tensor *t = tc_find(&l, "model.language_model.layers.1.mlp.experts.2.up_proj.weight_scale");
-    ck_assert_ptr_nonnull(t);
-    uint16_t nan = 0x7FC0;
-    memcpy(t->data + 2 * 5, &nan, 2);
     tc_vec(&l, "model.language_model.layers.1.mlp.bias", 1, 4, 0, 0); /* one unexpected tensor */
     ck_assert_int_eq(tc_write(dir, &l, &o), 0);
     tc_free(&l);
@@ -168,12 +258,6 @@ START_TEST(check_tensors_finds_nan_scale) {
     ck_assert_int_eq(r.rc, 0);
     ck_assert_ptr_nonnull(strstr(r.out, "1 unexpected tensors"));
     ck_assert_ptr_nonnull(strstr(r.out, "model.language_model.layers.1.mlp.bias"));
-    result_free(&r);
-    r = run("-m", dir, "--check-tensors", NULL);
-    ck_assert_int_eq(r.rc, 1);
-    ck_assert_int_eq(count_lines(r.err), 1);
-    ck_assert_ptr_nonnull(strstr(r.err, "experts.2.up_proj.weight_scale"));
-    ck_assert_ptr_nonnull(strstr(r.err, "non-finite scale"));
     result_free(&r);
     rm_dir(dir);
 }
@@ -235,7 +319,10 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, good_folder);
     tcase_add_test(tc, bad_folder);
-    tcase_add_test(tc, check_tensors_finds_nan_scale);
+    tcase_add_test(tc, scales_checked_by_default);
+    tcase_add_test(tc, zero_points_checked_by_default);
+    tcase_add_test(tc, gidx_checked_by_default);
+    tcase_add_test(tc, unexpected_tensors_listed);
     tcase_add_test(tc, usage);
     tcase_add_test(tc, fixture_folders);
     suite_add_tcase(s, tc);

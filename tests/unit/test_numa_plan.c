@@ -546,11 +546,13 @@ START_TEST(test_plan_memory_checks) {
     epyq_numa_opts_init(&o);
     epyq_err err = {0};
 
-    /* Two 8 GiB nodes cannot hold 18 GiB: an error naming the node and bytes, with or without fallback. */
+    /* Two 8 GiB nodes cannot hold 18 GiB: an error naming the node and bytes, with or without
+     * fallback. An 8 GiB node keeps 1/16 (512 MiB), not the whole 1 GiB default. */
     epyq_topo *t = load("pack:2 numa:1(memory=8GiB) core:2 pu:1");
     o.mode = EPYQ_NUMA_DISTRIBUTE;
     ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
-    ck_assert_msg(strstr(err.msg, "node 0 needs 9.04 GiB") && strstr(err.msg, "has 7.00 GiB"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "node 0 needs 9.04 GiB") && strstr(err.msg, "has 7.50 GiB after the 512.0 MiB reserve"),
+                  "%s", err.msg);
     o.fallback = true;
     ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
     ck_assert_msg(strstr(err.msg, "the model needs"), "%s", err.msg);
@@ -639,6 +641,53 @@ START_TEST(test_opts_parse_and_env) {
 }
 END_TEST
 
+
+/* Issue 13: the reserve scales with the node (min(1 GiB, node / 16)); sizes below 1 GiB print
+ * in MiB; a synthetic string without memory= is planned without a memory check. */
+START_TEST(test_plan_small_nodes) {
+    ck_assert_uint_eq(epyq_numa_node_reserve(1ull << 30, 1ull << 30), 64ull << 20);
+    ck_assert_uint_eq(epyq_numa_node_reserve(1ull << 30, 16ull << 30), 1ull << 30);
+    ck_assert_uint_eq(epyq_numa_node_reserve(1ull << 30, 192ull << 30), 1ull << 30);
+    ck_assert_uint_eq(epyq_numa_node_reserve(0, 1ull << 30), 0);
+    char b[32];
+    ck_assert_str_eq(epyq_numa_size(1536ull << 20, b, sizeof b), "1.50 GiB");
+    ck_assert_str_eq(epyq_numa_size(3ull << 19, b, sizeof b), "1.5 MiB");
+
+    /* A 24 MiB model (2 layers x 8 experts of 1 MiB, 8 MiB dense) on two 1 GiB nodes: each
+     * keeps 64 MiB and holds its 12 MiB; before, the 1 GiB reserve left 0 bytes. */
+    epyq_numa_model m = {.name = "small", .n_layers = 2, .n_experts = 8, .top_k = 2, .expert_bytes = 1 << 20,
+                         .dense_bytes = 8 << 20};
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.mode = EPYQ_NUMA_DISTRIBUTE;
+    epyq_err err = {0};
+    epyq_topo *t = load("pack:2 numa:1(memory=1GiB) core:2 pu:1");
+    epyq_numa_plan *p = NULL;
+    ck_assert_msg(epyq_numa_plan_make(t, &m, &o, &p, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_uint_eq(p->groups[0].capacity, (1ull << 30) - (64ull << 20));
+    ck_assert_uint_eq(p->groups[0].expert_bytes + p->groups[0].dense_bytes, 12ull << 20);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+    /* too small: the error speaks MiB */
+    t = load("pack:2 numa:1(memory=8MiB) core:2 pu:1");
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "node 0 needs 12.0 MiB (experts 8.0 MiB + dense 4.0 MiB) but has 7.5 MiB after the "
+                                  "0.5 MiB reserve"), "%s", err.msg);
+    epyq_topo_free(t);
+    /* no memory given: the full 35b plan on 8 nodes is made and says memory was not checked */
+    epyq_numa_model_35b_a3b(&m, true);
+    o.mode = EPYQ_NUMA_AUTO;
+    t = load("pack:2 numa:4 core:8 pu:1");
+    ck_assert(t->mem_placeholder);
+    p = NULL;
+    ck_assert_msg(epyq_numa_plan_make(t, &m, &o, &p, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert(p->mem_unchecked);
+    ck_assert_int_eq(p->n_groups, 8);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+}
+END_TEST
+
 /* `epyq inspect --numa`: stdout gets the table, usage errors exit 2, impossible plans exit 1. */
 static int run_cli(const char *args, char *out, size_t size) {
     char cmd[8192];
@@ -669,6 +718,9 @@ START_TEST(test_inspect_numa_cli) {
     ck_assert_int_eq(run_cli("--numa=distribute --topology 'pack:2 numa:1(memory=4GiB) core:2 pu:1'", out,
                              sizeof out), 1);
     ck_assert_msg(strstr(out, "epyq: numa plan: node 0 needs"), "%s", out);
+    /* the README's example, as printed there */
+    ck_assert_int_eq(run_cli("--numa --topology \"pack:2 numa:4 core:8 pu:1\"", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "memory not checked") && strstr(out, "not given"), "%s", out);
 
     /* An inherited taskset is obeyed: only that CPU is planned, others are refused. */
     if (stat("/usr/bin/taskset", &sb) != 0) {
@@ -727,6 +779,7 @@ static Suite *plan_suite(void) {
     tcase_add_test(tc, test_plan_split_this_machine);
     tcase_add_test(tc, test_plan_impossible_requests);
     tcase_add_test(tc, test_plan_memory_checks);
+    tcase_add_test(tc, test_plan_small_nodes);
     tcase_add_test(tc, test_opts_parse_and_env);
     tcase_add_test(tc, test_inspect_numa_cli);
     suite_add_tcase(s, tc);
