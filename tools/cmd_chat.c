@@ -549,7 +549,8 @@ int epyq_cmd_chat(int argc, char **argv) {
     int32_t ctx = 0;
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
     epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = true,
-                          .numa = epyq_tool_rt_numa(&o.rt, o.threads)};
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads),
+                          .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);

@@ -217,7 +217,8 @@ int epyq_cmd_run(int argc, char **argv) {
     }
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = o.spec_k == 0,
                           .draft_head = o.spec_k ? o.draft_head : EPYQ_REQUANT_NONE,
-                          .numa = epyq_tool_rt_numa(&o.rt, o.threads)};
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads),
+                          .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);

@@ -31,10 +31,9 @@ typedef struct {
     long max_body;
     double grace;
     bool quiet;
-    epyq_kv_type kv;
+    bool ctx_set;       /* -c given: above the model's context it is refused, not capped */
     epyq_numpath path;
-    epyq_numa_opts numa;
-    bool use_numa;
+    epyq_tool_rt rt;    /* --kv-type, --numa..., --requant, EPYQ_NUMA* (shared with run/chat/batch) */
 } opts;
 
 static void usage(FILE *f) {
@@ -56,9 +55,8 @@ static void usage(FILE *f) {
             "  --chunk N                prompt tokens per forward call (default 512)\n"
             "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
             "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
-            "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
-            "  --numa MODE              routed experts on the NUMA plan's node pools (numa/README.md)\n"
             "  --path a16|a8            int4 expert kernels' numeric path (default a8)\n"
+            "%s"
             "  --max-body BYTES         request body limit (default 8388608), else 413\n"
             "  --max-conn N             simultaneous connections (default 256)\n"
             "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
@@ -66,26 +64,26 @@ static void usage(FILE *f) {
             "  -h, --help               this text\n"
             "\n"
             "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
-            "error, 2 usage error.\n");
+            "error, 2 usage error.\n",
+            epyq_tool_rt_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_KV, O_NUMA, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET };
+    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},       {"synthetic", required_argument, 0, O_SYN},
         {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
         {"ctx-size", required_argument, 0, 'c'},    {"threads", required_argument, 0, 't'},
         {"parallel", required_argument, 0, O_PAR},  {"max-queue", required_argument, 0, O_QUEUE},
         {"chunk", required_argument, 0, O_CHUNK},   {"api-key", required_argument, 0, O_KEY},
-        {"served-model-name", required_argument, 0, O_NAME}, {"kv-type", required_argument, 0, O_KV},
-        {"numa", required_argument, 0, O_NUMA},     {"path", required_argument, 0, O_PATH},
+        {"served-model-name", required_argument, 0, O_NAME}, {"path", required_argument, 0, O_PATH},
         {"max-body", required_argument, 0, O_BODY}, {"max-conn", required_argument, 0, O_CONN},
         {"grace", required_argument, 0, O_GRACE},   {"no-log-requests", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, 'h'},
+        {"help", no_argument, 0, 'h'},              EPYQ_TOOL_RT_LONGOPTS,
         {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
-    o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->kv = EPYQ_KV_BF16, o->path = EPYQ_PATH_A8;
-    epyq_numa_opts_init(&o->numa);
+    o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->path = EPYQ_PATH_A8;
+    if (epyq_tool_rt_init(&o->rt, "epyq serve")) return 2;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:c:t:h", lo, NULL)) != -1) {
@@ -105,6 +103,7 @@ static int parse(int argc, char **argv, opts *o) {
             if (epyq_tool_opt_long("epyq serve", optarg, c == 't' || c == O_QUEUE ? 0 : 1, 1 << 24, &v)) return 2;
             *(c == 'c' ? &o->ctx : c == 't' ? &o->threads : c == O_PAR ? &o->parallel : c == O_QUEUE ? &o->max_queue
               : c == O_CHUNK ? &o->chunk : &o->max_conn) = (int)v;
+            if (c == 'c') o->ctx_set = true;
             break;
         case O_BODY:
             if (epyq_tool_opt_long("epyq serve", optarg, 64, 1L << 30, &v)) return 2;
@@ -114,25 +113,19 @@ static int parse(int argc, char **argv, opts *o) {
             if (epyq_tool_opt_long("epyq serve", optarg, 0, 86400, &v)) return 2;
             o->grace = (double)v;
             break;
-        case O_KV:
-            if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
-            else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
-            else return fprintf(stderr, "epyq serve: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
-            break;
-        case O_NUMA: {
-            epyq_err e = {0};
-            if (epyq_numa_opts_set(&o->numa, "--numa", optarg, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq serve: %s\n", e.msg), 2;
-            o->use_numa = true;
-            break;
-        }
         case O_PATH:
             if (epyq_numpath_parse(optarg) < 0)
                 return fprintf(stderr, "epyq serve: --path: expected a16 or a8, got '%s'\n", optarg), 2;
             o->path = (epyq_numpath)epyq_numpath_parse(optarg);
             break;
         case 'h': usage(stdout); return 0;
-        default: fprintf(stderr, "epyq serve: bad option (try --help)\n"); return 2;
+        default: {
+            int r = epyq_tool_rt_opt(&o->rt, "epyq serve", c, optarg);
+            if (r == 0) break;
+            if (r == 2) return 2;
+            fprintf(stderr, "epyq serve: bad option (try --help)\n");
+            return 2;
+        }
         }
     }
     if (optind < argc) return fprintf(stderr, "epyq serve: unexpected argument '%s'\n", argv[optind]), 2;
@@ -168,15 +161,17 @@ int epyq_cmd_serve(int argc, char **argv) {
         epyq_err e2;
         if (epyq_chat_load(&chat, dir, &e2) != EPYQ_OK) chat = NULL; /* chat requests will say so */
     }
-    epyq_numa_opts numa = o.numa;
-    numa.n_threads = o.threads;
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true, .numa = o.use_numa ? &numa : NULL};
-    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
+    /* the context from config.json before the weights load: an explicit -c the model cannot
+     * hold is refused with both numbers, the default is capped */
     int32_t ctx = 0;
+    if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
+    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true,
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads), .requant_lm_head = o.rt.rq_lm_head,
+                          .requant_dense = o.rt.rq_dense};
+    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
-        const epyq_config *cfg = epyq_model_config(m);
-        ctx = o.ctx < cfg->max_position_embeddings ? o.ctx : (int32_t)cfg->max_position_embeddings;
-        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.kv};
+        epyq_tool_ctx_report(m, ctx, o.parallel, o.rt.kv);
+        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

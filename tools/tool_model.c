@@ -197,7 +197,9 @@ const char epyq_tool_rt_help[] =
     "                         on the NUMA plan's node pools (EPYQ_NUMA; default: one pool)\n"
     "  --numa-split N         the same on N logical nodes cut from this machine (EPYQ_NUMA_SPLIT)\n"
     "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
-    "                         (EPYQ_NODES, EPYQ_CPU_RANGE)\n";
+    "                         (EPYQ_NODES, EPYQ_CPU_RANGE)\n"
+    "  --requant SPEC         lm_head=int8|int4, dense=int8|int4: 16-bit linears requantised at\n"
+    "                         load, fewer bytes per token (default: exact; see README)\n";
 
 int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd) {
     memset(rt, 0, sizeof *rt);
@@ -225,6 +227,12 @@ int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg) 
         if (!strcmp(arg, "bf16")) rt->kv = EPYQ_KV_BF16;
         else if (!strcmp(arg, "fp8")) rt->kv = EPYQ_KV_FP8;
         else return fprintf(stderr, "%s: --kv-type: expected bf16 or fp8, got '%s'\n", cmd, arg), 2;
+        return 0;
+    }
+    if (c == EPYQ_TOOL_O_REQUANT) {
+        epyq_err e = {0};
+        if (epyq_requant_parse(arg, &rt->rq_lm_head, &rt->rq_dense, &e) != EPYQ_OK)
+            return fprintf(stderr, "%s: %s\n", cmd, e.msg), 2;
         return 0;
     }
     if (!flag) return 1;

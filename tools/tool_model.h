@@ -33,23 +33,26 @@ char *epyq_tool_cache_root(void);
  * usage-error exit status) after printing "<cmd>: bad number '<arg>'" to stderr. */
 int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v);
 
-/* ---- what run, chat and batch share beyond -m: KV cache type, NUMA placement, context ---- */
+/* ---- what run, chat and batch share beyond -m: KV cache type, NUMA placement, requantised
+ * linears, context ---- */
 
 /* getopt_long codes of the shared flags (above any tool's own) and their table entries:
  * put EPYQ_TOOL_RT_LONGOPTS in the tool's struct option array. */
 enum { EPYQ_TOOL_O_KV = 0x4000, EPYQ_TOOL_O_NUMA, EPYQ_TOOL_O_SPLIT, EPYQ_TOOL_O_NODES, EPYQ_TOOL_O_CPUS,
-       EPYQ_TOOL_O_FALLBACK };
+       EPYQ_TOOL_O_FALLBACK, EPYQ_TOOL_O_REQUANT };
 #define EPYQ_TOOL_RT_LONGOPTS                                                                            \
     {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV}, {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA}, \
         {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},                                         \
         {"nodes", required_argument, 0, EPYQ_TOOL_O_NODES},                                              \
         {"cpu-range", required_argument, 0, EPYQ_TOOL_O_CPUS},                                           \
-        {"numa-fallback", no_argument, 0, EPYQ_TOOL_O_FALLBACK}
+        {"numa-fallback", no_argument, 0, EPYQ_TOOL_O_FALLBACK},                                         \
+        {"requant", required_argument, 0, EPYQ_TOOL_O_REQUANT}
 
 typedef struct {
     epyq_kv_type kv;       /* --kv-type bf16|fp8 */
     epyq_numa_opts numa;   /* --numa MODE ... and EPYQ_NUMA, EPYQ_NUMA_SPLIT, EPYQ_NODES, EPYQ_CPU_RANGE */
     bool use_numa;         /* a NUMA flag or variable was given: the model gets the plan's pools */
+    epyq_requant rq_lm_head, rq_dense; /* --requant lm_head=..., dense=... (exact by default) */
 } epyq_tool_rt;
 
 /* Help lines of the shared flags, for the tools' usage texts. */

@@ -25,6 +25,12 @@ cp "$T/out" "$T/greedy"
 expect 0 "run --temp 0 --spec mtp" "$EPYQ" $R --temp 0 --spec mtp -p "The quick brown fox"
 cmp -s "$T/out" "$T/greedy" || fail "run --spec mtp (greedy) gave other text than plain greedy"
 expect 2 "run --draft 9" "$EPYQ" $R --spec mtp --draft 9 -p x
+# --requant (shared by run, chat, batch and serve): the load line says what was requantised
+expect 0 "run --requant lm_head=int8" "$EPYQ" $R --requant lm_head=int8 -p "The quick brown fox"
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.requant_lm_head == "int8" and .requant_dense == "bf16"' >/dev/null ||
+    fail "run --requant: the load line does not name the requantised lm_head"
+expect 2 "run --requant bogus" "$EPYQ" $R --requant lm_head=int3 -p x
+grep -q -- '--requant' "$T/err" || fail "run --requant bogus: the message does not name the flag"
 expect 2 "run --spec eagle" "$EPYQ" $R --spec eagle -p x
 expect 1 "run prompt past -c" "$EPYQ" $R -c 4 -p "a b c d e f g h i j k l m n o p"
 grep -q '^epyq: .*context' "$T/err" || fail "run: over-long prompt message does not name the context"
