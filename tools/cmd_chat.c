@@ -60,12 +60,12 @@ static void usage(FILE *f) {
             "  -s, --seed N           sampling seed (default 0)\n"
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
             "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
-            "%s"
+            "%s%s"
             "  -h, --help             this text\n"
             "\n"
             "Commands in the REPL: /help. Ctrl-C stops an answer (the partial answer stays in the\n"
             "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n",
-            epyq_tool_rt_help);
+            epyq_tool_spec_help, epyq_tool_rt_help);
 }
 
 static const char help_text[] =
@@ -89,6 +89,7 @@ typedef struct {
     unsigned long long seed;
     bool ctx_set;    /* -c given */
     epyq_tool_rt rt; /* --kv-type, --numa... */
+    epyq_tool_spec spec; /* --spec, --draft, --draft-head */
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
@@ -102,7 +103,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
         {"min-p", required_argument, 0, O_MINP}, {"repeat-penalty", required_argument, 0, O_REP},
         {"presence-penalty", required_argument, 0, O_PRES}, {"help", no_argument, 0, 'h'},
-        EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+        EPYQ_TOOL_SPEC_LONGOPTS, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+    epyq_tool_spec_init(&o->spec);
     o->n_predict = 1024;
     o->ctx = 8192;
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
@@ -117,6 +119,7 @@ static int parse(int argc, char **argv, opts *o) {
     if (epyq_tool_rt_init(&o->rt, "epyq chat")) return 2;
     while ((c = getopt_long(argc, argv, "m:n:c:t:s:h", lo, NULL)) != -1) {
         int rt = epyq_tool_rt_opt(&o->rt, "epyq chat", c, optarg);
+        if (rt == 1) rt = epyq_tool_spec_opt(&o->spec, "epyq chat", c, optarg);
         if (rt != 1) {
             if (rt) return rt;
             continue;
@@ -266,9 +269,10 @@ static epyq_status answer(repl *r, epyq_err *err) {
         free(prompt), free(ids);
         return st;
     }
-    /* Reuse what the sequence holds when the new prompt extends it. */
+    /* Reuse what the sequence holds when the new prompt extends it (not after speculative
+     * decoding: its sequence also holds verified tokens past where the answer stopped). */
     size_t from = 0;
-    if (r->n_held > 0 && (size_t)r->n_held < n_ids &&
+    if (r->n_held > 0 && !r->gen.spec_k && (size_t)r->n_held < n_ids &&
         !memcmp(r->held, ids, (size_t)r->n_held * sizeof *ids) && epyq_seq_pos(r->gen.seq) == r->n_held)
         from = (size_t)r->n_held;
     else {
@@ -401,6 +405,12 @@ static void print_stats(const repl *r) {
     printf("last answer prompt %d tokens %.2f t/s, generation %d tokens %.2f t/s (%s)\n", s->n_prompt,
            s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->n_gen, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0,
            epyq_finish_name(s->finish));
+    if (r->gen.spec_k && s->spec_steps) {
+        printf("speculation mtp:%d, %lld steps, %.2f tokens/step, accepted by position:", r->gen.spec_k,
+               (long long)s->spec_steps, (double)s->spec_emitted / (double)s->spec_steps);
+        for (int i = 0; i < r->gen.spec_k && i < 8; i++) printf(" %.2f", (double)s->spec_accepted[i] / (double)s->spec_steps);
+        printf("\n");
+    }
     printf("memory      sequence %.1f MiB, weights streamed per token %.1f MiB, %d threads\n",
            epyq_seq_bytes(r->gen.seq) / 1048576.0, epyq_model_active_bytes(r->gen.model) / 1048576.0,
            epyq_model_threads(r->gen.model));
@@ -548,7 +558,8 @@ int epyq_cmd_chat(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
     int32_t ctx = 0;
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
-    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = true,
+    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = !o.spec.on,
+                          .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
@@ -563,6 +574,9 @@ int epyq_cmd_chat(int argc, char **argv) {
         if (!r.held || !r.gen_ids || !r.msgs) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
         if (st == EPYQ_OK) st = epyq_gen_init(&r.gen, m, tok, ctx, o.rt.kv, &sp, &err);
         if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
+        if (st == EPYQ_OK && o.spec.on && !epyq_model_has_mtp(m))
+            st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
+        r.gen.spec_k = o.spec.on ? o.spec.draft : 0;
     }
     if (st == EPYQ_OK) {
         if (o.system) set_system(&r, o.system);

@@ -41,15 +41,9 @@ static void usage(FILE *f) {
             "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
             "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
             "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
-            "  --spec mtp|none        MTP speculative decoding (default none): drafts from the MTP\n"
-            "                         head, verified in one pass; the output is the same tokens\n"
-            "                         (greedy) or the same distribution (sampling); adaptive: plain\n"
-            "                         steps while drafting does not pay\n"
-            "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
-            "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head copy drafts read\n"
-            "%s"
+            "%s%s"
             "  -h, --help             this text\n",
-            epyq_tool_rt_help);
+            epyq_tool_spec_help, epyq_tool_rt_help);
 }
 
 static void print_text(void *ctx, const char *text, size_t len) {
@@ -64,8 +58,7 @@ typedef struct {
     bool chat, no_think;
     epyq_numpath path;
     int spec_k;             /* --spec mtp: drafts per step; 0 = off */
-    int draft;              /* --draft */
-    epyq_requant draft_head;
+    epyq_tool_spec spec;    /* --spec, --draft, --draft-head */
     /* sampling overrides: NAN / -1 = keep generation_config's */
     double temp, top_p, min_p, rep, pres;
     long top_k;
@@ -74,8 +67,7 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN, O_SPEC, O_DRAFT,
-           O_DHEAD };
+    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},  {"synthetic", required_argument, 0, O_SYN},
         {"prompt", required_argument, 0, 'p'}, {"file", required_argument, 0, 'f'},
@@ -86,11 +78,8 @@ static int parse(int argc, char **argv, opts *o) {
         {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
         {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
         {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'},
-        {"spec", required_argument, 0, O_SPEC}, {"draft", required_argument, 0, O_DRAFT},
-        {"draft-head", required_argument, 0, O_DHEAD}, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
-    bool spec = false;
-    o->draft = 2;
-    o->draft_head = EPYQ_REQUANT_INT4;
+        EPYQ_TOOL_SPEC_LONGOPTS, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+    epyq_tool_spec_init(&o->spec);
     o->n_predict = 128;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
@@ -101,6 +90,7 @@ static int parse(int argc, char **argv, opts *o) {
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:s:h", lo, NULL)) != -1) {
         int rt = epyq_tool_rt_opt(&o->rt, "epyq run", c, optarg);
+        if (rt == 1) rt = epyq_tool_spec_opt(&o->spec, "epyq run", c, optarg);
         if (rt != 1) {
             if (rt) return rt;
             continue;
@@ -133,32 +123,12 @@ static int parse(int argc, char **argv, opts *o) {
                 return fprintf(stderr, "epyq run: --path: expected a16 or a8, got '%s'\n", optarg), 2;
             o->path = (epyq_numpath)epyq_numpath_parse(optarg);
             break;
-        case O_SPEC:
-            if (!strcmp(optarg, "mtp")) spec = true;
-            else if (!strcmp(optarg, "none")) spec = false;
-            else return fprintf(stderr, "epyq run: --spec: expected mtp or none, got '%s'\n", optarg), 2;
-            break;
-        case O_DRAFT: {
-            long v;
-            if (epyq_tool_opt_long("epyq run", optarg, 1, EPYQ_SPEC_MAX - 1, &v)) return 2;
-            o->draft = (int)v;
-            break;
-        }
-        case O_DHEAD: {
-            epyq_requant none = EPYQ_REQUANT_NONE;
-            char spec_s[40];
-            epyq_err e = {0};
-            snprintf(spec_s, sizeof spec_s, "lm_head=%s", optarg);
-            if (epyq_requant_parse(spec_s, &o->draft_head, &none, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq run: --draft-head: expected int4, int8 or bf16, got '%s'\n", optarg), 2;
-            break;
-        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq run: bad option (try --help)\n"); return 2;
         }
     }
     if (optind < argc) return fprintf(stderr, "epyq run: unexpected argument '%s'\n", argv[optind]), 2;
-    o->spec_k = spec ? o->draft : 0;
+    o->spec_k = o->spec.on ? o->spec.draft : 0;
     if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq run: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
     if (!o->prompt == !o->file) return fprintf(stderr, "epyq run: give exactly one of -p TEXT or -f FILE\n"), 2;
     return -1;
@@ -216,7 +186,7 @@ int epyq_cmd_run(int argc, char **argv) {
                               ctx, o.ctx ? "-c" : "the model's maximum", n_ids - (size_t)ctx);
     }
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = o.spec_k == 0,
-                          .draft_head = o.spec_k ? o.draft_head : EPYQ_REQUANT_NONE,
+                          .draft_head = o.spec_k ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);

@@ -1,6 +1,8 @@
 /* tools/tool_model.c — see tool_model.h. */
 #include "tools/tool_model.h"
 
+#include "model/spec.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -291,4 +293,42 @@ void epyq_tool_ctx_report(const epyq_model *m, int32_t n_ctx, int32_t n_seqs, ep
                 n_ctx, n_seqs, kt, (unsigned long long)(kvb * (uint64_t)n_seqs),
                 (unsigned long long)((all - kvb) * (uint64_t)n_seqs));
     }
+}
+
+const char epyq_tool_spec_help[] =
+    "  --spec mtp|none        MTP speculative decoding (default none): drafts from the MTP head,\n"
+    "                         verified in one pass; greedy output is the same tokens, seeded\n"
+    "                         sampling the same text; adaptive: plain steps while drafting does\n"
+    "                         not pay\n"
+    "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
+    "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head (and MTP layer) copy\n"
+    "                         drafts read; verification always reads the exact head\n";
+
+void epyq_tool_spec_init(epyq_tool_spec *sp) {
+    *sp = (epyq_tool_spec){.on = false, .draft = 2, .draft_head = EPYQ_REQUANT_INT4};
+}
+
+int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *arg) {
+    if (c == EPYQ_TOOL_O_SPEC) {
+        if (!strcmp(arg, "mtp")) sp->on = true;
+        else if (!strcmp(arg, "none")) sp->on = false;
+        else return fprintf(stderr, "%s: --spec: expected mtp or none, got '%s'\n", cmd, arg), 2;
+        return 0;
+    }
+    if (c == EPYQ_TOOL_O_DRAFT) {
+        long v;
+        if (epyq_tool_opt_long(cmd, arg, 1, EPYQ_SPEC_MAX - 1, &v)) return 2;
+        sp->draft = (int)v;
+        return 0;
+    }
+    if (c == EPYQ_TOOL_O_DHEAD) {
+        epyq_requant none = EPYQ_REQUANT_NONE;
+        char spec[40];
+        epyq_err e = {0};
+        snprintf(spec, sizeof spec, "lm_head=%s", arg);
+        if (epyq_requant_parse(spec, &sp->draft_head, &none, &e) != EPYQ_OK)
+            return fprintf(stderr, "%s: --draft-head: expected int4, int8 or bf16, got '%s'\n", cmd, arg), 2;
+        return 0;
+    }
+    return 1;
 }

@@ -66,6 +66,21 @@ int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg);
  * the options with -t (when non-zero) as the total thread count. */
 const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads);
 
+/* ---- MTP speculative decoding flags of run and chat: --spec mtp|none, --draft N, --draft-head ---- */
+enum { EPYQ_TOOL_O_SPEC = 0x4100, EPYQ_TOOL_O_DRAFT, EPYQ_TOOL_O_DHEAD };
+#define EPYQ_TOOL_SPEC_LONGOPTS                                                                        \
+    {"spec", required_argument, 0, EPYQ_TOOL_O_SPEC}, {"draft", required_argument, 0, EPYQ_TOOL_O_DRAFT}, \
+        {"draft-head", required_argument, 0, EPYQ_TOOL_O_DHEAD}
+typedef struct {
+    bool on;                 /* --spec mtp */
+    int draft;               /* --draft N (default 2) */
+    epyq_requant draft_head; /* --draft-head (default int4) */
+} epyq_tool_spec;
+extern const char epyq_tool_spec_help[];
+void epyq_tool_spec_init(epyq_tool_spec *sp);
+/* Take getopt code c: 0 taken, 1 not one of these flags, 2 bad value (printed). */
+int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *arg);
+
 /* The context a tool runs with. explicit_c: -c was given as want, which must lie in
  * [1, the model's context] (max_position_embeddings, or what rope scaling extends it to):
  * above it is E_ARG naming both numbers. A tool default (explicit_c false) is capped at the
