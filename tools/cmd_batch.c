@@ -462,9 +462,12 @@ int epyq_cmd_batch(int argc, char **argv) {
         if (epyq_chat_load(&b.chat, dir, &e2) != EPYQ_OK) b.chat = NULL; /* chat lines will say so */
     }
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &b.ctx_limit, &err);
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true,
+    epyq_model_opts mo = {.path = o.path,
+                          .n_threads = o.threads,
+                          .skip_mtp = true,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
-                          .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
+                          .requant_lm_head = o.rt.rq_lm_head,
+                          .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&b.m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         b.cfg = epyq_model_config(b.m);

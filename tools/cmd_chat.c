@@ -46,26 +46,27 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq chat (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
-            "\n"
-            "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
-            "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
-            "  -sys, --system TEXT    system prompt\n"
-            "  -n, --n-predict N      most tokens per answer (default 1024)\n"
-            "  --no-think             start with thinking off (/think on|off toggles)\n"
-            "  -c, --ctx-size N       context (default 8192 capped at the model's; a -c above\n"
-            "                         max_position_embeddings is refused)\n"
-            "  -t, --threads N        threads (default: all allowed CPUs)\n"
-            "  -s, --seed N           sampling seed (default 0)\n"
-            "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
-            "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
-            "%s%s"
-            "  -h, --help             this text\n"
-            "\n"
-            "Commands in the REPL: /help. Ctrl-C stops an answer (the partial answer stays in the\n"
-            "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n",
-            epyq_tool_spec_help, epyq_tool_rt_help);
+    fprintf(
+        f,
+        "usage: epyq chat (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
+        "\n"
+        "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
+        "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
+        "  -sys, --system TEXT    system prompt\n"
+        "  -n, --n-predict N      most tokens per answer (default 1024)\n"
+        "  --no-think             start with thinking off (/think on|off toggles)\n"
+        "  -c, --ctx-size N       context (default 8192 capped at the model's; a -c above\n"
+        "                         max_position_embeddings is refused)\n"
+        "  -t, --threads N        threads (default: all allowed CPUs)\n"
+        "  -s, --seed N           sampling seed (default 0)\n"
+        "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
+        "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+        "%s%s"
+        "  -h, --help             this text\n"
+        "\n"
+        "Commands in the REPL: /help. Ctrl-C stops an answer (the partial answer stays in the\n"
+        "history); Ctrl-C while idle exits (status 130). Piped stdin: one line = one user turn.\n",
+        epyq_tool_spec_help, epyq_tool_rt_help);
 }
 
 static const char help_text[] =
@@ -94,16 +95,25 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o) {
     enum { O_NOTHINK = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_SYN, O_SYS };
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'}, {"synthetic", required_argument, 0, O_SYN},
-        {"system", required_argument, 0, O_SYS}, {"sys", required_argument, 0, O_SYS},
-        {"n-predict", required_argument, 0, 'n'}, {"no-think", no_argument, 0, O_NOTHINK},
-        {"ctx-size", required_argument, 0, 'c'}, {"threads", required_argument, 0, 't'},
-        {"seed", required_argument, 0, 's'}, {"temp", required_argument, 0, O_TEMP},
-        {"top-k", required_argument, 0, O_TOPK}, {"top-p", required_argument, 0, O_TOPP},
-        {"min-p", required_argument, 0, O_MINP}, {"repeat-penalty", required_argument, 0, O_REP},
-        {"presence-penalty", required_argument, 0, O_PRES}, {"help", no_argument, 0, 'h'},
-        EPYQ_TOOL_SPEC_LONGOPTS, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"synthetic", required_argument, 0, O_SYN},
+                                       {"system", required_argument, 0, O_SYS},
+                                       {"sys", required_argument, 0, O_SYS},
+                                       {"n-predict", required_argument, 0, 'n'},
+                                       {"no-think", no_argument, 0, O_NOTHINK},
+                                       {"ctx-size", required_argument, 0, 'c'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"temp", required_argument, 0, O_TEMP},
+                                       {"top-k", required_argument, 0, O_TOPK},
+                                       {"top-p", required_argument, 0, O_TOPP},
+                                       {"min-p", required_argument, 0, O_MINP},
+                                       {"repeat-penalty", required_argument, 0, O_REP},
+                                       {"presence-penalty", required_argument, 0, O_PRES},
+                                       {"help", no_argument, 0, 'h'},
+                                       EPYQ_TOOL_SPEC_LONGOPTS,
+                                       EPYQ_TOOL_RT_LONGOPTS,
+                                       {0, 0, 0, 0}};
     epyq_tool_spec_init(&o->spec);
     o->n_predict = 1024;
     o->ctx = 8192;
@@ -273,7 +283,8 @@ static epyq_status answer(repl *r, epyq_err *err) {
      * decoding: its sequence also holds verified tokens past where the answer stopped). */
     size_t from = 0;
     if (r->n_held > 0 && !r->gen.spec_k && (size_t)r->n_held < n_ids &&
-        !memcmp(r->held, ids, (size_t)r->n_held * sizeof *ids) && epyq_seq_pos(r->gen.seq) == r->n_held)
+        !memcmp(r->held, ids, (size_t)r->n_held * sizeof *ids) &&
+        epyq_seq_pos(r->gen.seq) == r->n_held)
         from = (size_t)r->n_held;
     else {
         epyq_seq_reset(r->gen.seq);
@@ -406,9 +417,11 @@ static void print_stats(const repl *r) {
            s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->n_gen, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0,
            epyq_finish_name(s->finish));
     if (r->gen.spec_k && s->spec_steps) {
-        printf("speculation mtp:%d, %lld steps, %.2f tokens/step, accepted by position:", r->gen.spec_k,
-               (long long)s->spec_steps, (double)s->spec_emitted / (double)s->spec_steps);
-        for (int i = 0; i < r->gen.spec_k && i < 8; i++) printf(" %.2f", (double)s->spec_accepted[i] / (double)s->spec_steps);
+        printf("speculation mtp:%d, %lld steps, %.2f tokens/step, accepted by position:",
+               r->gen.spec_k, (long long)s->spec_steps,
+               (double)s->spec_emitted / (double)s->spec_steps);
+        for (int i = 0; i < r->gen.spec_k && i < 8; i++)
+            printf(" %.2f", (double)s->spec_accepted[i] / (double)s->spec_steps);
         printf("\n");
     }
     printf("memory      sequence %.1f MiB, weights streamed per token %.1f MiB, %d threads\n",
@@ -558,10 +571,13 @@ int epyq_cmd_chat(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_chat_load(&r.tmpl, dir, &err);
     int32_t ctx = 0;
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
-    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = o.threads, .skip_mtp = !o.spec.on,
+    epyq_model_opts mo = {.path = EPYQ_PATH_A8,
+                          .n_threads = o.threads,
+                          .skip_mtp = !o.spec.on,
                           .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
-                          .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
+                          .requant_lm_head = o.rt.rq_lm_head,
+                          .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
@@ -575,7 +591,8 @@ int epyq_cmd_chat(int argc, char **argv) {
         if (st == EPYQ_OK) st = epyq_gen_init(&r.gen, m, tok, ctx, o.rt.kv, &sp, &err);
         if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
         if (st == EPYQ_OK && o.spec.on && !epyq_model_has_mtp(m))
-            st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
+            st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)",
+                              dir);
         r.gen.spec_k = o.spec.on ? o.spec.draft : 0;
     }
     if (st == EPYQ_OK) {

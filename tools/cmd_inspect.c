@@ -161,9 +161,11 @@ static void print_sizes(const epyq_weights *w, const epyq_weights_stats *s) {
                          s->kind[EPYQ_MK_SHARED].dense_bytes;
         double per8 = (double)epyq_requant_bytes(16, gs, gs, EPYQ_REQUANT_INT8) / (16.0 * gs * 2.0);
         double base = (double)s->token_bytes;
-        printf("  --requant    : lm_head=int8 %.3f GB, lm_head=int4 %.3f GB per token (group %d)", (base - head + h8) / 1e9,
-               (base - head + h4) / 1e9, (int)gs);
-        if (dense) printf("; + dense=int8 %.3f GB", (base - head + h8 - (double)dense * (1.0 - per8)) / 1e9);
+        printf("  --requant    : lm_head=int8 %.3f GB, lm_head=int4 %.3f GB per token (group %d)",
+               (base - head + h8) / 1e9, (base - head + h4) / 1e9, (int)gs);
+        if (dense)
+            printf("; + dense=int8 %.3f GB",
+                   (base - head + h8 - (double)dense * (1.0 - per8)) / 1e9);
         printf("\n");
     }
     printf("\nmemory       : weights %s resident (int4 in the kernels' packed layout), other tensors %s\n",

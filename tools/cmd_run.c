@@ -24,26 +24,27 @@ static void on_sigint(int sig) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq run (-m DIR | --synthetic SHAPE[:FORMAT]) (-p TEXT | -f FILE) [options]\n"
-            "\n"
-            "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
-            "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
-            "  -p, --prompt TEXT      prompt text\n"
-            "  -f, --file FILE        read the prompt from FILE\n"
-            "  -n, --n-predict N      tokens to generate (default 128)\n"
-            "  --chat                 render the prompt as a user turn with the chat template\n"
-            "  --no-think             with --chat: enable_thinking = false\n"
-            "  -c, --ctx-size N       context (default: prompt + n + 16, at most the model's; a -c\n"
-            "                         above max_position_embeddings is refused)\n"
-            "  -t, --threads N        threads (default: all allowed CPUs)\n"
-            "  -s, --seed N           sampling seed (default 0)\n"
-            "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
-            "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
-            "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
-            "%s%s"
-            "  -h, --help             this text\n",
-            epyq_tool_spec_help, epyq_tool_rt_help);
+    fprintf(
+        f,
+        "usage: epyq run (-m DIR | --synthetic SHAPE[:FORMAT]) (-p TEXT | -f FILE) [options]\n"
+        "\n"
+        "  -m, --model DIR        checkpoint folder (with its tokenizer files)\n"
+        "  --synthetic SPEC       generated model, e.g. tiny:ct or 35b-a3b:ct\n"
+        "  -p, --prompt TEXT      prompt text\n"
+        "  -f, --file FILE        read the prompt from FILE\n"
+        "  -n, --n-predict N      tokens to generate (default 128)\n"
+        "  --chat                 render the prompt as a user turn with the chat template\n"
+        "  --no-think             with --chat: enable_thinking = false\n"
+        "  -c, --ctx-size N       context (default: prompt + n + 16, at most the model's; a -c\n"
+        "                         above max_position_embeddings is refused)\n"
+        "  -t, --threads N        threads (default: all allowed CPUs)\n"
+        "  -s, --seed N           sampling seed (default 0)\n"
+        "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
+        "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+        "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
+        "%s%s"
+        "  -h, --help             this text\n",
+        epyq_tool_spec_help, epyq_tool_rt_help);
 }
 
 static void print_text(void *ctx, const char *text, size_t len) {
@@ -68,17 +69,27 @@ typedef struct {
 
 static int parse(int argc, char **argv, opts *o) {
     enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN };
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},  {"synthetic", required_argument, 0, O_SYN},
-        {"prompt", required_argument, 0, 'p'}, {"file", required_argument, 0, 'f'},
-        {"n-predict", required_argument, 0, 'n'}, {"chat", no_argument, 0, O_CHAT},
-        {"no-think", no_argument, 0, O_NOTHINK}, {"ctx-size", required_argument, 0, 'c'},
-        {"threads", required_argument, 0, 't'}, {"seed", required_argument, 0, 's'},
-        {"temp", required_argument, 0, O_TEMP}, {"top-k", required_argument, 0, O_TOPK},
-        {"top-p", required_argument, 0, O_TOPP}, {"min-p", required_argument, 0, O_MINP},
-        {"repeat-penalty", required_argument, 0, O_REP}, {"presence-penalty", required_argument, 0, O_PRES},
-        {"path", required_argument, 0, O_PATH}, {"help", no_argument, 0, 'h'},
-        EPYQ_TOOL_SPEC_LONGOPTS, EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"synthetic", required_argument, 0, O_SYN},
+                                       {"prompt", required_argument, 0, 'p'},
+                                       {"file", required_argument, 0, 'f'},
+                                       {"n-predict", required_argument, 0, 'n'},
+                                       {"chat", no_argument, 0, O_CHAT},
+                                       {"no-think", no_argument, 0, O_NOTHINK},
+                                       {"ctx-size", required_argument, 0, 'c'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"temp", required_argument, 0, O_TEMP},
+                                       {"top-k", required_argument, 0, O_TOPK},
+                                       {"top-p", required_argument, 0, O_TOPP},
+                                       {"min-p", required_argument, 0, O_MINP},
+                                       {"repeat-penalty", required_argument, 0, O_REP},
+                                       {"presence-penalty", required_argument, 0, O_PRES},
+                                       {"path", required_argument, 0, O_PATH},
+                                       {"help", no_argument, 0, 'h'},
+                                       EPYQ_TOOL_SPEC_LONGOPTS,
+                                       EPYQ_TOOL_RT_LONGOPTS,
+                                       {0, 0, 0, 0}};
     epyq_tool_spec_init(&o->spec);
     o->n_predict = 128;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
@@ -185,10 +196,13 @@ int epyq_cmd_run(int argc, char **argv) {
             st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %d (%s): %zu too many", n_ids,
                               ctx, o.ctx ? "-c" : "the model's maximum", n_ids - (size_t)ctx);
     }
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = o.spec_k == 0,
+    epyq_model_opts mo = {.path = o.path,
+                          .n_threads = o.threads,
+                          .skip_mtp = o.spec_k == 0,
                           .draft_head = o.spec_k ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
-                          .requant_lm_head = o.rt.rq_lm_head, .requant_dense = o.rt.rq_dense};
+                          .requant_lm_head = o.rt.rq_lm_head,
+                          .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);

@@ -31,56 +31,79 @@ typedef struct {
     long max_body;
     double grace;
     bool quiet;
-    bool ctx_set;       /* -c given: above the model's context it is refused, not capped */
+    bool ctx_set; /* -c given: above the model's context it is refused, not capped */
     epyq_numpath path;
-    epyq_tool_rt rt;    /* --kv-type, --numa..., --requant, EPYQ_NUMA* (shared with run/chat/batch) */
+    epyq_tool_rt rt; /* --kv-type, --numa..., --requant, EPYQ_NUMA* (shared with run/chat/batch) */
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq serve (-m DIR | --synthetic SPEC) [options]\n"
-            "\n"
-            "OpenAI-compatible server: POST /v1/chat/completions, POST /v1/completions (both with\n"
-            "\"stream\": true as server-sent events), GET /v1/models, GET /health, GET /metrics\n"
-            "(Prometheus). Requests are decoded together on one continuous-batching engine.\n"
-            "\n"
-            "  -m, --model DIR          checkpoint folder (with tokenizer files)\n"
-            "  --synthetic SPEC         generated model, e.g. tiny:ct\n"
-            "  --host ADDR              address to bind (default 127.0.0.1)\n"
-            "  --port N                 port (default 8080; 0 = any free port, printed at start)\n"
-            "  -c, --ctx-size N         per-request context, prompt + completion (default 4096)\n"
-            "  -t, --threads N          model threads (default: all allowed CPUs)\n"
-            "  --parallel N             sequences decoded together (default 4)\n"
-            "  --max-queue N            requests waiting for a sequence before 429 (default 64)\n"
-            "  --chunk N                prompt tokens per forward call (default 512)\n"
-            "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
-            "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
-            "  --path a16|a8            int4 expert kernels' numeric path (default a8)\n"
-            "%s"
-            "  --max-body BYTES         request body limit (default 8388608), else 413\n"
-            "  --max-conn N             simultaneous connections (default 256)\n"
-            "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
-            "  --no-log-requests        no JSON line on stderr per generation request\n"
-            "  -h, --help               this text\n"
-            "\n"
-            "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
-            "error, 2 usage error.\n",
-            epyq_tool_rt_help);
+    fprintf(
+        f,
+        "usage: epyq serve (-m DIR | --synthetic SPEC) [options]\n"
+        "\n"
+        "OpenAI-compatible server: POST /v1/chat/completions, POST /v1/completions (both with\n"
+        "\"stream\": true as server-sent events), GET /v1/models, GET /health, GET /metrics\n"
+        "(Prometheus). Requests are decoded together on one continuous-batching engine.\n"
+        "\n"
+        "  -m, --model DIR          checkpoint folder (with tokenizer files)\n"
+        "  --synthetic SPEC         generated model, e.g. tiny:ct\n"
+        "  --host ADDR              address to bind (default 127.0.0.1)\n"
+        "  --port N                 port (default 8080; 0 = any free port, printed at start)\n"
+        "  -c, --ctx-size N         per-request context, prompt + completion (default 4096)\n"
+        "  -t, --threads N          model threads (default: all allowed CPUs)\n"
+        "  --parallel N             sequences decoded together (default 4)\n"
+        "  --max-queue N            requests waiting for a sequence before 429 (default 64)\n"
+        "  --chunk N                prompt tokens per forward call (default 512)\n"
+        "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
+        "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
+        "  --path a16|a8            int4 expert kernels' numeric path (default a8)\n"
+        "%s"
+        "  --max-body BYTES         request body limit (default 8388608), else 413\n"
+        "  --max-conn N             simultaneous connections (default 256)\n"
+        "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
+        "  --no-log-requests        no JSON line on stderr per generation request\n"
+        "  -h, --help               this text\n"
+        "\n"
+        "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
+        "error, 2 usage error.\n",
+        epyq_tool_rt_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET };
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},       {"synthetic", required_argument, 0, O_SYN},
-        {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
-        {"ctx-size", required_argument, 0, 'c'},    {"threads", required_argument, 0, 't'},
-        {"parallel", required_argument, 0, O_PAR},  {"max-queue", required_argument, 0, O_QUEUE},
-        {"chunk", required_argument, 0, O_CHUNK},   {"api-key", required_argument, 0, O_KEY},
-        {"served-model-name", required_argument, 0, O_NAME}, {"path", required_argument, 0, O_PATH},
-        {"max-body", required_argument, 0, O_BODY}, {"max-conn", required_argument, 0, O_CONN},
-        {"grace", required_argument, 0, O_GRACE},   {"no-log-requests", no_argument, 0, O_QUIET},
-        {"help", no_argument, 0, 'h'},              EPYQ_TOOL_RT_LONGOPTS,
-        {0, 0, 0, 0}};
+    enum {
+        O_SYN = 256,
+        O_HOST,
+        O_PORT,
+        O_PAR,
+        O_QUEUE,
+        O_CHUNK,
+        O_KEY,
+        O_NAME,
+        O_PATH,
+        O_BODY,
+        O_CONN,
+        O_GRACE,
+        O_QUIET
+    };
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"synthetic", required_argument, 0, O_SYN},
+                                       {"host", required_argument, 0, O_HOST},
+                                       {"port", required_argument, 0, O_PORT},
+                                       {"ctx-size", required_argument, 0, 'c'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"parallel", required_argument, 0, O_PAR},
+                                       {"max-queue", required_argument, 0, O_QUEUE},
+                                       {"chunk", required_argument, 0, O_CHUNK},
+                                       {"api-key", required_argument, 0, O_KEY},
+                                       {"served-model-name", required_argument, 0, O_NAME},
+                                       {"path", required_argument, 0, O_PATH},
+                                       {"max-body", required_argument, 0, O_BODY},
+                                       {"max-conn", required_argument, 0, O_CONN},
+                                       {"grace", required_argument, 0, O_GRACE},
+                                       {"no-log-requests", no_argument, 0, O_QUIET},
+                                       {"help", no_argument, 0, 'h'},
+                                       EPYQ_TOOL_RT_LONGOPTS,
+                                       {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
     o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->path = EPYQ_PATH_A8;
     if (epyq_tool_rt_init(&o->rt, "epyq serve")) return 2;
@@ -165,13 +188,17 @@ int epyq_cmd_serve(int argc, char **argv) {
      * hold is refused with both numbers, the default is capped */
     int32_t ctx = 0;
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
-    epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true,
-                          .numa = epyq_tool_rt_numa(&o.rt, o.threads), .requant_lm_head = o.rt.rq_lm_head,
+    epyq_model_opts mo = {.path = o.path,
+                          .n_threads = o.threads,
+                          .skip_mtp = true,
+                          .numa = epyq_tool_rt_numa(&o.rt, o.threads),
+                          .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         epyq_tool_ctx_report(m, ctx, o.parallel, o.rt.kv);
-        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv};
+        const epyq_engine_opts eo = {
+            .max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

@@ -311,8 +311,10 @@ void epyq_tool_spec_init(epyq_tool_spec *sp) {
 int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *arg) {
     if (c == EPYQ_TOOL_O_SPEC) {
         if (!strcmp(arg, "mtp")) sp->on = true;
-        else if (!strcmp(arg, "none")) sp->on = false;
-        else return fprintf(stderr, "%s: --spec: expected mtp or none, got '%s'\n", cmd, arg), 2;
+        else if (!strcmp(arg, "none"))
+            sp->on = false;
+        else
+            return fprintf(stderr, "%s: --spec: expected mtp or none, got '%s'\n", cmd, arg), 2;
         return 0;
     }
     if (c == EPYQ_TOOL_O_DRAFT) {
@@ -327,7 +329,9 @@ int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *a
         epyq_err e = {0};
         snprintf(spec, sizeof spec, "lm_head=%s", arg);
         if (epyq_requant_parse(spec, &sp->draft_head, &none, &e) != EPYQ_OK)
-            return fprintf(stderr, "%s: --draft-head: expected int4, int8 or bf16, got '%s'\n", cmd, arg), 2;
+            return fprintf(stderr, "%s: --draft-head: expected int4, int8 or bf16, got '%s'\n", cmd,
+                           arg),
+                   2;
         return 0;
     }
     return 1;

@@ -38,15 +38,24 @@ int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long 
 
 /* getopt_long codes of the shared flags (above any tool's own) and their table entries:
  * put EPYQ_TOOL_RT_LONGOPTS in the tool's struct option array. */
-enum { EPYQ_TOOL_O_KV = 0x4000, EPYQ_TOOL_O_NUMA, EPYQ_TOOL_O_SPLIT, EPYQ_TOOL_O_NODES, EPYQ_TOOL_O_CPUS,
-       EPYQ_TOOL_O_FALLBACK, EPYQ_TOOL_O_REQUANT };
-#define EPYQ_TOOL_RT_LONGOPTS                                                                            \
-    {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV}, {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA}, \
-        {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},                                         \
-        {"nodes", required_argument, 0, EPYQ_TOOL_O_NODES},                                              \
-        {"cpu-range", required_argument, 0, EPYQ_TOOL_O_CPUS},                                           \
-        {"numa-fallback", no_argument, 0, EPYQ_TOOL_O_FALLBACK},                                         \
-        {"requant", required_argument, 0, EPYQ_TOOL_O_REQUANT}
+enum {
+    EPYQ_TOOL_O_KV = 0x4000,
+    EPYQ_TOOL_O_NUMA,
+    EPYQ_TOOL_O_SPLIT,
+    EPYQ_TOOL_O_NODES,
+    EPYQ_TOOL_O_CPUS,
+    EPYQ_TOOL_O_FALLBACK,
+    EPYQ_TOOL_O_REQUANT
+};
+#define EPYQ_TOOL_RT_LONGOPTS                                                                      \
+    {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV},                                             \
+        {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA},                                          \
+        {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},                                   \
+        {"nodes", required_argument, 0, EPYQ_TOOL_O_NODES},                                        \
+        {"cpu-range", required_argument, 0, EPYQ_TOOL_O_CPUS},                                     \
+        {"numa-fallback", no_argument, 0, EPYQ_TOOL_O_FALLBACK}, {                                 \
+        "requant", required_argument, 0, EPYQ_TOOL_O_REQUANT                                       \
+    }
 
 typedef struct {
     epyq_kv_type kv;       /* --kv-type bf16|fp8 */
@@ -66,11 +75,14 @@ int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg);
  * the options with -t (when non-zero) as the total thread count. */
 const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads);
 
-/* ---- MTP speculative decoding flags of run and chat: --spec mtp|none, --draft N, --draft-head ---- */
+/* ---- MTP speculative decoding flags of run and chat: --spec mtp|none, --draft N, --draft-head
+ * ---- */
 enum { EPYQ_TOOL_O_SPEC = 0x4100, EPYQ_TOOL_O_DRAFT, EPYQ_TOOL_O_DHEAD };
-#define EPYQ_TOOL_SPEC_LONGOPTS                                                                        \
-    {"spec", required_argument, 0, EPYQ_TOOL_O_SPEC}, {"draft", required_argument, 0, EPYQ_TOOL_O_DRAFT}, \
-        {"draft-head", required_argument, 0, EPYQ_TOOL_O_DHEAD}
+#define EPYQ_TOOL_SPEC_LONGOPTS                                                                    \
+    {"spec", required_argument, 0, EPYQ_TOOL_O_SPEC},                                              \
+        {"draft", required_argument, 0, EPYQ_TOOL_O_DRAFT}, {                                      \
+        "draft-head", required_argument, 0, EPYQ_TOOL_O_DHEAD                                      \
+    }
 typedef struct {
     bool on;                 /* --spec mtp */
     int draft;               /* --draft N (default 2) */

@@ -205,7 +205,8 @@ uint64_t epyq_requant_bytes(int64_t n, int64_t k, int32_t gs, epyq_requant kind)
     if (n < 1 || k < 1 || n > INT32_MAX || k > INT32_MAX || gs < 32 || k % gs) return 0;
     /* int8: the high plane packs symmetric (zeros all 8), the low one with its zeros */
     if (kind == EPYQ_REQUANT_INT8)
-        return epyq_w4_pack_bytes((int32_t)n, (int32_t)k, gs, 0) + epyq_w4_pack_bytes((int32_t)n, (int32_t)k, gs, 1);
+        return epyq_w4_pack_bytes((int32_t)n, (int32_t)k, gs, 0) +
+               epyq_w4_pack_bytes((int32_t)n, (int32_t)k, gs, 1);
     if (kind == EPYQ_REQUANT_INT4) return epyq_w4_pack_bytes((int32_t)n, (int32_t)k, gs, 1);
     return (uint64_t)n * (uint64_t)k * 2u;
 }

@@ -243,7 +243,8 @@ static int32_t pick_sample(void *ctx, const float *logits) {
 }
 
 static epyq_sampler *mk_sampler(int32_t V) {
-    epyq_sample_params p = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 5};
+    epyq_sample_params p = {
+        .temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 5};
     epyq_sampler *s = NULL;
     epyq_err err = {0};
     ck_assert(epyq_sampler_create(&s, &p, V, &err) == EPYQ_OK);
@@ -278,19 +279,21 @@ START_TEST(test_sampled_identity) {
         epyq_seq *q = NULL;
         epyq_spec *sp = NULL;
         ck_assert(epyq_seq_create(&q, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
-        epyq_spec_opts o = {.k = 3, .draft_override = pass ? oracle_draft : NULL, .override_ctx = &orc};
+        epyq_spec_opts o = {
+            .k = 3, .draft_override = pass ? oracle_draft : NULL, .override_ctx = &orc};
         ck_assert(epyq_spec_create(&sp, m, q, &o, &err) == EPYQ_OK);
         samp_ctx c2 = {mk_sampler(V)};
         for (int i = 0; i < PROMPT; i++) epyq_sampler_accept(c2.smp, prompt[i], false);
         int32_t n = 0, step[EPYQ_SPEC_MAX], got_n;
-        ck_assert(epyq_spec_prefill(sp, prompt, PROMPT, pick_sample, &c2, &got[n++], &err) == EPYQ_OK);
+        ck_assert(epyq_spec_prefill(sp, prompt, PROMPT, pick_sample, &c2, &got[n++], &err) ==
+                  EPYQ_OK);
         while (n < GEN) {
             ck_assert(epyq_spec_step(sp, pick_sample, &c2, step, &got_n, &err) == EPYQ_OK);
             for (int32_t i = 0; i < got_n && n < GEN; i++) got[n++] = step[i];
         }
         for (int i = 0; i < GEN; i++)
-            ck_assert_msg(got[i] == want[i], "sampled, %s drafts: token %d is %d, plain %d", pass ? "oracle" : "MTP", i,
-                          got[i], want[i]);
+            ck_assert_msg(got[i] == want[i], "sampled, %s drafts: token %d is %d, plain %d",
+                          pass ? "oracle" : "MTP", i, got[i], want[i]);
         if (pass) ck_assert(epyq_spec_get_stats(sp)->accepted[0] > 0);
         epyq_sampler_free(c2.smp);
         epyq_spec_free(sp);
