@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/util.h"
 
@@ -160,11 +161,19 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
     }
 
     double t0 = epyq_now();
+    /* a long prompt takes minutes on a CPU: on a terminal, a line with tokens done and time left */
+    bool show = n_ids > (size_t)g->chunk && isatty(STDERR_FILENO);
     for (size_t i = 0; st == EPYQ_OK && i < n_ids; i += (size_t)g->chunk) {
         int32_t n = (int32_t)(n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk);
         st = feed(g, ids + i, n, logits, err);
+        if (show) {
+            double dt = epyq_now() - t0, done = (double)(i + (size_t)n), rate = dt > 0 ? done / dt : 0;
+            fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left", i + (size_t)n, n_ids, rate,
+                    rate > 0 ? ((double)n_ids - done) / rate : 0.0);
+        }
         if (cancel && *cancel) break;
     }
+    if (show) fputs("\r\033[K", stderr);
     stats->n_prompt = (int32_t)n_ids;
     stats->t_prompt = epyq_now() - t0;
     stats->finish = EPYQ_FINISH_LENGTH;
