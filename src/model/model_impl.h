@@ -88,6 +88,9 @@ struct epyq_seq {
     uint8_t *k, *v;             /* [n_kv_layers][n_ctx][nkv*hd] */
     float *conv;                /* [n_gdn][Kc-1][conv_dim] raw inputs, oldest first */
     float *S;                   /* [n_gdn][Hv][Dk][Dv] recurrent states */
+    /* Non-empty: a forward failed after some of this sequence's layer states had moved (why
+     * it failed); every forward and MTP call refuses it until epyq_seq_reset. */
+    char broken[160];
 };
 
 /* Per-call plan of a batch: where each token goes. */

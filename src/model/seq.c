@@ -76,6 +76,7 @@ void epyq_seq_reset(epyq_seq *s) {
         memset(s->S, 0, (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv * sizeof(float));
     }
     s->pos = 0;
+    s->broken[0] = '\0';
 }
 
 int32_t epyq_seq_pos(const epyq_seq *s) { return s->pos; }
