@@ -25,6 +25,14 @@ static bool num_field(epyq_batch_req *r, const cJSON *body, const char *name, do
     return true;
 }
 
+/* obj[name] = a deep copy of v; false when out of memory (nothing is left half-added). */
+static bool add_copy(cJSON *obj, const char *name, const cJSON *v) {
+    cJSON *c = cJSON_Duplicate(v, 1);
+    if (c && cJSON_AddItemToObject(obj, name, c)) return true;
+    cJSON_Delete(c);
+    return false;
+}
+
 static void parse_body(epyq_batch_req *r, const cJSON *body) {
     double d;
     if (r->chat) {
@@ -36,21 +44,21 @@ static void parse_body(epyq_batch_req *r, const cJSON *body) {
             if (!cJSON_IsObject(e) || !cJSON_IsString(role))
                 return fail(r, "invalid_request", "every message must be an object with a string role");
         }
-        r->messages = cJSON_Duplicate(m, 1);
-        r->kwargs = cJSON_CreateObject();
         const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
         if (kw && !cJSON_IsObject(kw)) return fail(r, "invalid_request", "body.chat_template_kwargs must be an object");
-        for (const cJSON *e = kw ? kw->child : NULL; e; e = e->next)
-            cJSON_AddItemToObject(r->kwargs, e->string, cJSON_Duplicate(e, 1));
-        if (!cJSON_GetObjectItemCaseSensitive(r->kwargs, "add_generation_prompt"))
-            cJSON_AddBoolToObject(r->kwargs, "add_generation_prompt", 1);
+        /* Every copy is checked: a kwarg silently missing would change the rendered prompt. */
+        bool ok = (r->messages = cJSON_Duplicate(m, 1)) && (r->kwargs = cJSON_CreateObject());
+        for (const cJSON *e = kw ? kw->child : NULL; ok && e; e = e->next)
+            ok = add_copy(r->kwargs, e->string, e);
+        if (ok && !cJSON_GetObjectItemCaseSensitive(r->kwargs, "add_generation_prompt"))
+            ok = cJSON_AddBoolToObject(r->kwargs, "add_generation_prompt", 1) != NULL;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-        if (cJSON_IsArray(tools)) cJSON_AddItemToObject(r->kwargs, "tools", cJSON_Duplicate(tools, 1));
-        if (!r->messages || !r->kwargs) return fail(r, "server_error", "out of memory");
+        if (ok && cJSON_IsArray(tools)) ok = add_copy(r->kwargs, "tools", tools);
+        if (!ok) return fail(r, "server_error", "out of memory copying the request");
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
         if (!cJSON_IsString(p)) return fail(r, "invalid_request", "prompt must be a string");
-        r->prompt = strdup(p->valuestring);
+        if (!(r->prompt = strdup(p->valuestring))) return fail(r, "server_error", "out of memory copying the prompt");
     }
     d = r->max_tokens;
     if (!num_field(r, body, "max_tokens", 1, 1 << 20, &d)) return;
