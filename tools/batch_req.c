@@ -25,6 +25,22 @@ static bool num_field(epyq_batch_req *r, const cJSON *body, const char *name, do
     return true;
 }
 
+/* The first name that appears twice in one object anywhere inside v, or NULL. JSON leaves
+ * duplicate names undefined: cJSON's lookups see the first, Python's json (the OpenAI server,
+ * transformers) keeps the last, so such a request would render another prompt here than there:
+ * it is refused instead. Quadratic per object, which stays small next to the parse itself for
+ * any line that fits in memory. */
+static const char *dup_name(const cJSON *v) {
+    for (const cJSON *c = v ? v->child : NULL; c; c = c->next) {
+        if (cJSON_IsObject(v))
+            for (const cJSON *d = v->child; d != c; d = d->next)
+                if (!strcmp(d->string, c->string)) return c->string;
+        const char *in = dup_name(c);
+        if (in) return in;
+    }
+    return NULL;
+}
+
 /* obj[name] = a deep copy of v; false when out of memory (nothing is left half-added). */
 static bool add_copy(cJSON *obj, const char *name, const cJSON *v) {
     cJSON *c = cJSON_Duplicate(v, 1);
@@ -93,6 +109,16 @@ void epyq_batch_req_parse(epyq_batch_req *r, const char *line, int64_t line_no) 
     }
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
     r->custom_id = strdup(cJSON_IsString(cid) && *cid->valuestring ? cid->valuestring : id);
+    const char *dup = dup_name(j);
+    if (dup) {
+        char m[200];
+        snprintf(m, sizeof m, "the name \"%.120s\" appears twice in one object (names must be unique)", dup);
+        for (char *q = m; *q; q++)
+            if (*q == '\n' || *q == '\r') *q = ' '; /* one line, whatever the name holds */
+        fail(r, "invalid_json", m);
+        cJSON_Delete(j);
+        return;
+    }
     const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
     const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
     if (url || body) {
