@@ -25,16 +25,36 @@ static bool num_field(epyq_batch_req *r, const cJSON *body, const char *name, do
     return true;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* The first name that appears twice in one object anywhere inside v, or NULL. JSON leaves
  * duplicate names undefined: cJSON's lookups see the first, Python's json (the OpenAI server,
  * transformers) keeps the last, so such a request would render another prompt here than there:
- * it is refused instead. Quadratic per object, which stays small next to the parse itself for
- * any line that fits in memory. */
+ * it is refused instead. Big objects are checked by sorting their names (a line may hold an
+ * object of a million names); small ones, or when the sort array cannot be allocated, pairwise. */
 static const char *dup_name(const cJSON *v) {
+    if (cJSON_IsObject(v)) {
+        size_t n = 0;
+        for (const cJSON *c = v->child; c; c = c->next) n++;
+        const char **names = n > 16 ? malloc(n * sizeof *names) : NULL;
+        const char *dup = NULL;
+        if (names) {
+            size_t i = 0;
+            for (const cJSON *c = v->child; c; c = c->next) names[i++] = c->string;
+            qsort(names, n, sizeof *names, cmp_name);
+            for (i = 1; i < n && !dup; i++)
+                if (!strcmp(names[i - 1], names[i])) dup = names[i];
+            free(names);
+        } else {
+            for (const cJSON *c = v->child; c && !dup; c = c->next)
+                for (const cJSON *d = v->child; d != c && !dup; d = d->next)
+                    if (!strcmp(d->string, c->string)) dup = c->string;
+        }
+        if (dup) return dup;
+    }
     for (const cJSON *c = v ? v->child : NULL; c; c = c->next) {
-        if (cJSON_IsObject(v))
-            for (const cJSON *d = v->child; d != c; d = d->next)
-                if (!strcmp(d->string, c->string)) return c->string;
         const char *in = dup_name(c);
         if (in) return in;
     }
