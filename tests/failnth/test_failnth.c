@@ -36,6 +36,9 @@ extern const char synth_chat_template[];
 int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
 static char *g_dir; /* the tiny checkpoint, written once per process */
+/* Set by an attempt that saw a broken promise while the hook was armed (no ck_assert there:
+ * Check allocates to record an assertion); checked once the hook is disarmed. */
+static const char *g_violation;
 
 /* LeakSanitizer after the attempt of n (sanitizer builds only). One check scans the whole
  * heap (tens of ms under ASan), so loops of more than 500 N check every LEAK_EVERY
@@ -93,9 +96,11 @@ static void run_loop(const char *what, attempt_fn fn, void *ctx, long fast_strid
         for (long n = first_n(), since = n; n <= count; n += k) {
             epyq_err_clear(&err);
             epyq_alloc_fail_at(n, persist);
+            g_violation = NULL;
             st = fn(ctx, &err, got, &got_len);
             long failed = epyq_alloc_failures();
             epyq_alloc_fail_at(0, false);
+            ck_assert_msg(!g_violation, "%s, N = %ld%s: %s", what, n, persist ? "+" : "", g_violation);
             ck_assert_msg(failed > 0, "%s, N = %ld: the Nth allocation was not reached (count %ld)", what, n, count);
             if (st == EPYQ_OK) {
                 ck_assert_msg(got_len == ref_len && !memcmp(got, ref, ref_len),
@@ -129,7 +134,11 @@ static epyq_status attempt_template(void *ctx, epyq_err *err, char *out, size_t 
     epyq_jinja *t = NULL;
     char *text = NULL;
     epyq_status st = epyq_jinja_parse(synth_chat_template, strlen(synth_chat_template), "qwen", &t, err);
-    if (st == EPYQ_OK) st = epyq_jinja_render(t, vars, NULL, &text, len, err);
+    if (st != EPYQ_OK && t) g_violation = "a failed parse returned a template";
+    if (st == EPYQ_OK) {
+        st = epyq_jinja_render(t, vars, NULL, &text, len, err);
+        if (st != EPYQ_OK && text) g_violation = "a failed render returned text";
+    }
     if (st == EPYQ_OK && *len > RESULT_MAX) st = epyq_err_set(err, EPYQ_E_INTERNAL, "test: render too long");
     if (st == EPYQ_OK) memcpy(out, text, *len);
     free(text);
@@ -156,6 +165,7 @@ static epyq_status attempt_tok(void *ctx, epyq_err *err, char *out, size_t *len)
     size_t n = 0;
     static const char text[] = "<|im_start|>user\nHello, world! caf\xc3\xa9 123<|im_end|>";
     epyq_status st = epyq_tok_load(&t, g_dir, err);
+    if (st != EPYQ_OK && t) g_violation = "a failed load returned a tokenizer";
     if (st == EPYQ_OK) st = epyq_tok_encode_ex(t, text, strlen(text), EPYQ_TOK_ENC_SPLIT_SPECIAL, &ids, &n, err);
     if (st == EPYQ_OK) {
         *len = n * sizeof *ids;
@@ -181,6 +191,7 @@ static epyq_status attempt_model_load(void *ctx, epyq_err *err, char *out, size_
     epyq_model *m = NULL;
     epyq_model_opts o = {.n_threads = 1};
     epyq_status st = epyq_model_load(&m, g_dir, &o, err);
+    if (st != EPYQ_OK && m) g_violation = "a failed load returned a model";
     if (st == EPYQ_OK) {
         /* what a successful load must agree on */
         uint64_t facts[3] = {epyq_model_active_bytes(m), (uint64_t)epyq_model_has_mtp(m),
