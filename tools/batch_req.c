@@ -25,6 +25,50 @@ static bool num_field(epyq_batch_req *r, const cJSON *body, const char *name, do
     return true;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that appears twice in one object anywhere inside v, or NULL. JSON leaves
+ * duplicate names undefined: cJSON's lookups see the first, Python's json (the OpenAI server,
+ * transformers) keeps the last, so such a request would render another prompt here than there:
+ * it is refused instead. Big objects are checked by sorting their names (a line may hold an
+ * object of a million names); small ones, or when the sort array cannot be allocated, pairwise. */
+static const char *dup_name(const cJSON *v) {
+    if (cJSON_IsObject(v)) {
+        size_t n = 0;
+        for (const cJSON *c = v->child; c; c = c->next) n++;
+        const char **names = n > 16 ? malloc(n * sizeof *names) : NULL;
+        const char *dup = NULL;
+        if (names) {
+            size_t i = 0;
+            for (const cJSON *c = v->child; c; c = c->next) names[i++] = c->string;
+            qsort(names, n, sizeof *names, cmp_name);
+            for (i = 1; i < n && !dup; i++)
+                if (!strcmp(names[i - 1], names[i])) dup = names[i];
+            free(names);
+        } else {
+            for (const cJSON *c = v->child; c && !dup; c = c->next)
+                for (const cJSON *d = v->child; d != c && !dup; d = d->next)
+                    if (!strcmp(d->string, c->string)) dup = c->string;
+        }
+        if (dup) return dup;
+    }
+    for (const cJSON *c = v ? v->child : NULL; c; c = c->next) {
+        const char *in = dup_name(c);
+        if (in) return in;
+    }
+    return NULL;
+}
+
+/* obj[name] = a deep copy of v; false when out of memory (nothing is left half-added). */
+static bool add_copy(cJSON *obj, const char *name, const cJSON *v) {
+    cJSON *c = cJSON_Duplicate(v, 1);
+    if (c && cJSON_AddItemToObject(obj, name, c)) return true;
+    cJSON_Delete(c);
+    return false;
+}
+
 static void parse_body(epyq_batch_req *r, const cJSON *body) {
     double d;
     if (r->chat) {
@@ -36,21 +80,21 @@ static void parse_body(epyq_batch_req *r, const cJSON *body) {
             if (!cJSON_IsObject(e) || !cJSON_IsString(role))
                 return fail(r, "invalid_request", "every message must be an object with a string role");
         }
-        r->messages = cJSON_Duplicate(m, 1);
-        r->kwargs = cJSON_CreateObject();
         const cJSON *kw = cJSON_GetObjectItemCaseSensitive(body, "chat_template_kwargs");
         if (kw && !cJSON_IsObject(kw)) return fail(r, "invalid_request", "body.chat_template_kwargs must be an object");
-        for (const cJSON *e = kw ? kw->child : NULL; e; e = e->next)
-            cJSON_AddItemToObject(r->kwargs, e->string, cJSON_Duplicate(e, 1));
-        if (!cJSON_GetObjectItemCaseSensitive(r->kwargs, "add_generation_prompt"))
-            cJSON_AddBoolToObject(r->kwargs, "add_generation_prompt", 1);
+        /* Every copy is checked: a kwarg silently missing would change the rendered prompt. */
+        bool ok = (r->messages = cJSON_Duplicate(m, 1)) && (r->kwargs = cJSON_CreateObject());
+        for (const cJSON *e = kw ? kw->child : NULL; ok && e; e = e->next)
+            ok = add_copy(r->kwargs, e->string, e);
+        if (ok && !cJSON_GetObjectItemCaseSensitive(r->kwargs, "add_generation_prompt"))
+            ok = cJSON_AddBoolToObject(r->kwargs, "add_generation_prompt", 1) != NULL;
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(body, "tools");
-        if (cJSON_IsArray(tools)) cJSON_AddItemToObject(r->kwargs, "tools", cJSON_Duplicate(tools, 1));
-        if (!r->messages || !r->kwargs) return fail(r, "server_error", "out of memory");
+        if (ok && cJSON_IsArray(tools)) ok = add_copy(r->kwargs, "tools", tools);
+        if (!ok) return fail(r, "server_error", "out of memory copying the request");
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");
         if (!cJSON_IsString(p)) return fail(r, "invalid_request", "prompt must be a string");
-        r->prompt = strdup(p->valuestring);
+        if (!(r->prompt = strdup(p->valuestring))) return fail(r, "server_error", "out of memory copying the prompt");
     }
     d = r->max_tokens;
     if (!num_field(r, body, "max_tokens", 1, 1 << 20, &d)) return;
@@ -85,6 +129,16 @@ void epyq_batch_req_parse(epyq_batch_req *r, const char *line, int64_t line_no) 
     }
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
     r->custom_id = strdup(cJSON_IsString(cid) && *cid->valuestring ? cid->valuestring : id);
+    const char *dup = dup_name(j);
+    if (dup) {
+        char m[200];
+        snprintf(m, sizeof m, "the name \"%.120s\" appears twice in one object (names must be unique)", dup);
+        for (char *q = m; *q; q++)
+            if (*q == '\n' || *q == '\r') *q = ' '; /* one line, whatever the name holds */
+        fail(r, "invalid_json", m);
+        cJSON_Delete(j);
+        return;
+    }
     const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
     const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
     if (url || body) {

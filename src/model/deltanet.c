@@ -98,14 +98,26 @@ static void chunk_one(float *S, const float *q, const float *k, const float *v, 
     }
 }
 
+/* Floats of chunk_head_ws's workspace: A [C][C], U [C][dv], W [C][dk]. */
+static size_t chunk_ws_floats(int32_t dk, int32_t dv) { return (size_t)GDN_CHUNK * (GDN_CHUNK + dv + dk); }
+
+static void chunk_head_ws(float *S, const float *q, const float *k, const float *v, const float *g,
+                          const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk, int32_t dv,
+                          float *o, int32_t ld_o, float *ws) {
+    double gam[GDN_CHUNK];
+    float *A = ws, *U = A + (size_t)GDN_CHUNK * GDN_CHUNK, *W = U + (size_t)GDN_CHUNK * dv;
+    for (int32_t t0 = 0; t0 < n; t0 += GDN_CHUNK) {
+        int32_t c = n - t0 < GDN_CHUNK ? n - t0 : GDN_CHUNK;
+        chunk_one(S, q + (size_t)t0 * ld_qk, k + (size_t)t0 * ld_qk, v + (size_t)t0 * ld_v, g + t0, beta + t0, c,
+                  ld_qk, ld_v, dk, dv, o + (size_t)t0 * ld_o, ld_o, gam, A, U, W);
+    }
+}
+
 void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
                          const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
                          int32_t dv, float *o, int32_t ld_o) {
-    double gam[GDN_CHUNK];
-    float *A = malloc((size_t)GDN_CHUNK * GDN_CHUNK * sizeof(float));
-    float *U = malloc((size_t)GDN_CHUNK * dv * sizeof(float));
-    float *W = malloc((size_t)GDN_CHUNK * dk * sizeof(float));
-    if (!A || !U || !W) {
+    float *ws = malloc(chunk_ws_floats(dk, dv) * sizeof(float));
+    if (!ws) {
         /* no memory for the chunk buffers: the recurrent form needs none and is exact too */
         for (int32_t t = 0; t < n; t++) {
             const float *qt = q + (size_t)t * ld_qk, *kt = k + (size_t)t * ld_qk;
@@ -125,13 +137,9 @@ void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *
             }
         }
     } else {
-        for (int32_t t0 = 0; t0 < n; t0 += GDN_CHUNK) {
-            int32_t c = n - t0 < GDN_CHUNK ? n - t0 : GDN_CHUNK;
-            chunk_one(S, q + (size_t)t0 * ld_qk, k + (size_t)t0 * ld_qk, v + (size_t)t0 * ld_v, g + t0,
-                      beta + t0, c, ld_qk, ld_v, dk, dv, o + (size_t)t0 * ld_o, ld_o, gam, A, U, W);
-        }
+        chunk_head_ws(S, q, k, v, g, beta, n, ld_qk, ld_v, dk, dv, o, ld_o, ws);
     }
-    free(A), free(U), free(W);
+    free(ws);
 }
 
 typedef struct {
@@ -144,6 +152,8 @@ typedef struct {
     float *o;            /* [T][Hv*Dv] */
     const float *z;      /* [T][Hv*Dv] output gate input */
     bool *chunked;       /* [n_groups] */
+    float *work;         /* chunked groups: per worker, work_per floats (gather + chunk buffers) */
+    size_t work_per;
 } gdn_job;
 
 /* Plain gated RMSNorm of one value head of one token, in place: n(o) * w * silu(z). In the
@@ -165,7 +175,6 @@ static void gated_norm_rows(const gdn_job *j, const int32_t *toks, int32_t n, in
 
 /* One (sequence, value head): the delta rule over that sequence's tokens in order. */
 static void gdn_task(void *ctx, int32_t task, int32_t worker) {
-    (void)worker;
     const gdn_job *j = ctx;
     const epyq_model *m = j->m;
     const epyq_batch_plan *p = j->p;
@@ -176,29 +185,25 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
     epyq_seq *s = p->seq[toks[0]];
     float *S = s->S + ((size_t)j->ly->slot * Hv + vh) * m->Dk * m->Dv;
     if (j->chunked[grp]) {
-        /* gather this head's rows (tokens of one sequence need not be adjacent in the batch) */
+        /* gather this head's rows (tokens of one sequence need not be adjacent in the batch)
+         * into the worker's workspace, allocated before any state moved (epyq_gdn_block) */
         size_t rows = (size_t)n;
-        float *buf = calloc(rows * (2 * (size_t)m->Dk + 2 * (size_t)m->Dv + 2), sizeof(float));
-        if (buf) {
-            float *q = buf, *k = q + rows * m->Dk, *v = k + rows * m->Dk, *o = v + rows * m->Dv;
-            float *g = o + rows * m->Dv, *b = g + rows;
-            for (int32_t i = 0; i < n; i++) {
-                const float *ut = j->u + (size_t)toks[i] * cd;
-                memcpy(q + (size_t)i * m->Dk, ut + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
-                memcpy(k + (size_t)i * m->Dk, ut + key_dim + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
-                memcpy(v + (size_t)i * m->Dv, ut + 2 * key_dim + (size_t)vh * m->Dv, (size_t)m->Dv * sizeof(float));
-                g[i] = j->g[(size_t)toks[i] * Hv + vh];
-                b[i] = j->beta[(size_t)toks[i] * Hv + vh];
-            }
-            epyq_gdn_chunk_head(S, q, k, v, g, b, n, m->Dk, m->Dv, m->Dk, m->Dv, o, m->Dv);
-            for (int32_t i = 0; i < n; i++)
-                memcpy(j->o + (size_t)toks[i] * Hv * m->Dv + (size_t)vh * m->Dv, o + (size_t)i * m->Dv,
-                       (size_t)m->Dv * sizeof(float));
-            free(buf);
-            gated_norm_rows(j, toks, n, vh);
-            return;
+        float *q = j->work + (size_t)worker * j->work_per, *k = q + rows * m->Dk, *v = k + rows * m->Dk;
+        float *o = v + rows * m->Dv, *g = o + rows * m->Dv, *b = g + rows;
+        for (int32_t i = 0; i < n; i++) {
+            const float *ut = j->u + (size_t)toks[i] * cd;
+            memcpy(q + (size_t)i * m->Dk, ut + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
+            memcpy(k + (size_t)i * m->Dk, ut + key_dim + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
+            memcpy(v + (size_t)i * m->Dv, ut + 2 * key_dim + (size_t)vh * m->Dv, (size_t)m->Dv * sizeof(float));
+            g[i] = j->g[(size_t)toks[i] * Hv + vh];
+            b[i] = j->beta[(size_t)toks[i] * Hv + vh];
         }
-        /* out of memory for the gather: fall through to the recurrent form (same result) */
+        chunk_head_ws(S, q, k, v, g, b, n, m->Dk, m->Dv, m->Dk, m->Dv, o, m->Dv, b + rows);
+        for (int32_t i = 0; i < n; i++)
+            memcpy(j->o + (size_t)toks[i] * Hv * m->Dv + (size_t)vh * m->Dv, o + (size_t)i * m->Dv,
+                   (size_t)m->Dv * sizeof(float));
+        gated_norm_rows(j, toks, n, vh);
+        return;
     }
     size_t sd = (size_t)m->Dk * m->Dv;
     for (int32_t i = 0; i < n; i++) {
@@ -300,14 +305,30 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
         const epyq_rlin_out proj[] = {
             {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
         epyq_rlin_run_many(m, proj, 4, &act);
-        for (int32_t grp = 0; grp < p->n_groups; grp++)
-            chunked[grp] = m->gdn_chunk_min > 0 && p->grp_off[grp + 1] - p->grp_off[grp] >= m->gdn_chunk_min &&
+        int32_t max_rows = 0;
+        for (int32_t grp = 0; grp < p->n_groups; grp++) {
+            int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
+            chunked[grp] = m->gdn_chunk_min > 0 && rows >= m->gdn_chunk_min &&
                            !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
-        prep_job pj = {m, ly, p, u, ba, gl, beta};
-        epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->Hk);
-        gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked};
-        epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
-        st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
+            if (chunked[grp] && rows > max_rows) max_rows = rows;
+        }
+        /* The chunked form's buffers for every worker, allocated here so that no task can run
+         * out of memory after the conv states moved: a fallback inside the task would give
+         * other bits (the recurrent form is only equal within rounding) and a failure there
+         * would leave some heads advanced and others not. */
+        gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
+        if (max_rows) {
+            j.work_per = (size_t)max_rows * (2 * (size_t)m->Dk + 2 * (size_t)m->Dv + 2) + chunk_ws_floats(m->Dk, m->Dv);
+            j.work = epyq_model_alloc(j.work_per * (size_t)m->n_threads, sizeof(float));
+            if (!j.work) st = epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
+        }
+        if (st == EPYQ_OK) {
+            prep_job pj = {m, ly, p, u, ba, gl, beta};
+            epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->Hk);
+            epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+            st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
+        }
+        free(j.work);
     }
     if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->H);
     free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);

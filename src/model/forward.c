@@ -2,6 +2,7 @@
  * layers with an fp32 residual stream, final norm, lm_head. The blocks live in attn.c,
  * deltanet.c and moe.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,6 +81,10 @@ static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan
         epyq_seq *s = b->seq[t];
         if (!s || s->m != m)
             st = epyq_err_set(err, EPYQ_E_ARG, "batch token %d: sequence of another model", t);
+        else if (s->broken[0])
+            st = epyq_err_set(err, EPYQ_E_ARG,
+                              "batch token %d: its sequence was left half-advanced by a failed forward (%s);"
+                              " reset it before use", t, s->broken);
         else if (b->tok[t] < 0 || b->tok[t] >= m->V)
             st = epyq_err_set(err, EPYQ_E_ARG, "batch token %d: id %d outside the vocabulary [0, %d)", t,
                               b->tok[t], m->V);
@@ -128,7 +133,11 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
         st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H, err);
-    for (int32_t l = 0; st == EPYQ_OK && l < m->L; l++) st = epyq_layer_forward(m, &m->layers[l], &p, x, err);
+    bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
+    for (int32_t l = 0; st == EPYQ_OK && l < m->L; l++) {
+        moved = true;
+        st = epyq_layer_forward(m, &m->layers[l], &p, x, err);
+    }
     if (st == EPYQ_OK) {
         epyq_rmsnorm_zc_rows(x, m->final_norm, T, H, m->eps, x);
         if (hidden) memcpy(hidden, x, (size_t)T * H * sizeof(float));
@@ -146,6 +155,13 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     if (st == EPYQ_OK)
         for (int32_t t = 0; t < T; t++)
             if (p.pos[t] + 1 > p.seq[t]->pos) p.seq[t]->pos = p.pos[t] + 1;
+    /* A failure past the first layer (out of memory in a block, in the lm_head) leaves some
+     * layers' recurrent states advanced and others not: rolling back would mean copying every
+     * DeltaNet state of the batch before each step, so the sequences are marked instead, and
+     * refused until reset (model.h). Positions stay where they were. */
+    if (st != EPYQ_OK && moved)
+        for (int32_t t = 0; t < T; t++)
+            snprintf(p.seq[t]->broken, sizeof p.seq[t]->broken, "%.150s", err && err->msg[0] ? err->msg : epyq_status_name(st));
     free(x);
     plan_free(&p);
     return st;

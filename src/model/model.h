@@ -119,7 +119,7 @@ void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant
 epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
                             epyq_err *err);
 void epyq_seq_free(epyq_seq *s);
-/* Start over at position 0 (states zeroed). */
+/* Start over at position 0 (states zeroed; clears the mark a failed forward leaves). */
 void epyq_seq_reset(epyq_seq *s);
 int32_t epyq_seq_pos(const epyq_seq *s);
 int32_t epyq_seq_ctx(const epyq_seq *s);
@@ -150,7 +150,12 @@ typedef struct {
 /* Run the batch. logits: [number of wanted tokens][vocab] in batch order (may be NULL);
  * hidden: [n][hidden] post-final-norm hidden of every token (the MTP input; may be NULL).
  * Nothing is changed when the batch is refused (EPYQ_E_CTX_FULL names the sequence's
- * position, tokens and context; EPYQ_E_ARG a bad token id or a foreign sequence). */
+ * position, tokens and context; EPYQ_E_ARG a bad token id, a foreign sequence or one marked
+ * below). A failure after the layers started (EPYQ_E_NOMEM in a block or the lm_head) leaves
+ * no position advanced but may leave some layers' states advanced: every sequence of that
+ * batch is then marked, and every later forward or MTP call with it fails with EPYQ_E_ARG
+ * naming the original error, until epyq_seq_reset(); the other sequences are untouched
+ * (tests/failnth/test_failnth.c). */
 epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
                                epyq_err *err);
 

@@ -115,6 +115,10 @@ struct epyq_seq {
     int32_t spec_n, spec_cap, spec_pos0;
     float *spec_S;              /* [spec_cap][n_gdn][Hv][Dk][Dv] */
     float *spec_conv;           /* [spec_cap][n_gdn][Kc-1][conv_dim] */
+
+    /* Non-empty: a forward failed after some of this sequence's layer states had moved (why
+     * it failed); every forward and MTP call refuses it until epyq_seq_reset. */
+    char broken[160];
 };
 
 /* Per-call plan of a batch: where each token goes. */

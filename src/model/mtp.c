@@ -18,6 +18,9 @@ epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, 
                          epyq_err *err) {
     if (!m->has_mtp) return epyq_err_set(err, EPYQ_E_ARG, "this model has no MTP head (mtp.*)");
     if (s->m != m) return epyq_err_set(err, EPYQ_E_ARG, "MTP: sequence of another model");
+    if (s->broken[0])
+        return epyq_err_set(err, EPYQ_E_ARG, "MTP: the sequence was left half-advanced by a failed forward (%s);"
+                            " reset it before use", s->broken);
     if (n <= 0) return EPYQ_OK;
     if (n_logits < 0 || n_logits > n)
         return epyq_err_set(err, EPYQ_E_ARG, "MTP: %d logit rows asked of %d rows", n_logits, n);

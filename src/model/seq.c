@@ -76,6 +76,7 @@ void epyq_seq_reset(epyq_seq *s) {
         memset(s->S, 0, (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv * sizeof(float));
     }
     s->pos = 0;
+    s->broken[0] = '\0';
     s->spec_n = 0;
 }
 

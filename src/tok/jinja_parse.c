@@ -26,7 +26,10 @@ typedef struct {
     bool failed;
 } parser;
 
-/* A growing array of node pointers (malloc'd while building, then moved into the arena). */
+/* A growing array of node pointers, kept in the parser's arena: growing copies it to a new
+ * block and abandons the old one (at most as many bytes again as the final array, freed with
+ * the template). Nothing to free means no error path can leak it, which the malloc'd version
+ * did on several (found by fuzz_template). */
 typedef struct {
     jnode **v;
     const char **names;
@@ -102,13 +105,17 @@ static jnode *new_node(parser *P, jn_kind kind, const jtok *at) {
 static bool nv_push(parser *P, nvec *v, jnode *x, const char *name) {
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 4;
-        jnode **nv = realloc(v->v, cap * sizeof *nv);
-        const char **nn = nv ? realloc(v->names, cap * sizeof *nn) : NULL;
-        if (nv) v->v = nv;
-        if (!nv || !nn) {
+        jnode **nv = epyq_jj_alloc_array(P->ar, cap, sizeof *nv);
+        const char **nn = nv ? epyq_jj_alloc_array(P->ar, cap, sizeof *nn) : NULL;
+        if (!nn) {
             fail_at(P, cur(P), "out of memory");
             return false;
         }
+        if (v->n) {
+            memcpy(nv, v->v, v->n * sizeof *nv);
+            memcpy(nn, v->names, v->n * sizeof *nn);
+        }
+        v->v = nv;
         v->names = nn;
         v->cap = cap;
     }
@@ -118,43 +125,22 @@ static bool nv_push(parser *P, nvec *v, jnode *x, const char *name) {
     return true;
 }
 
-/* Moves v into the arena as n's kids (and keyword names when any is set). */
-static bool nv_to_kids(parser *P, nvec *v, jnode *n) {
-    bool ok = true;
+/* Hands v's arrays (already in the arena) to n as its kids and keyword names. */
+static jnode *nv_to_kids(nvec *v, jnode *n) {
     if (v->n) {
-        n->kids = epyq_jj_alloc_array(P->ar, v->n, sizeof *n->kids);
         bool any_name = false;
         for (size_t i = 0; i < v->n; i++) any_name |= v->names[i] != NULL;
-        if (any_name) n->argnames = epyq_jj_alloc_array(P->ar, v->n, sizeof *n->argnames);
-        if (!n->kids || (any_name && !n->argnames)) {
-            ok = false;
-            fail_at(P, cur(P), "out of memory");
-        } else {
-            memcpy(n->kids, v->v, v->n * sizeof *n->kids);
-            if (any_name) memcpy(n->argnames, v->names, v->n * sizeof *n->argnames);
-            n->nkids = v->n;
-        }
+        n->kids = v->v;
+        n->argnames = any_name ? v->names : NULL;
+        n->nkids = v->n;
     }
-    free(v->v);
-    free(v->names);
     memset(v, 0, sizeof *v);
-    return ok;
+    return n;
 }
 
-static jnode **nv_to_body(parser *P, nvec *v, size_t *count) {
-    jnode **out = NULL;
-    *count = 0;
-    if (v->n) {
-        out = epyq_jj_alloc_array(P->ar, v->n, sizeof *out);
-        if (out) {
-            memcpy(out, v->v, v->n * sizeof *out);
-            *count = v->n;
-        } else {
-            fail_at(P, cur(P), "out of memory");
-        }
-    }
-    free(v->v);
-    free(v->names);
+static jnode **nv_to_body(nvec *v, size_t *count) {
+    jnode **out = v->n ? v->v : NULL;
+    *count = v->n;
     memset(v, 0, sizeof *v);
     return out;
 }
@@ -163,16 +149,14 @@ static jnode *node1(parser *P, jn_kind kind, const jtok *at, jnode *a) {
     jnode *n = new_node(P, kind, at);
     if (!n) return NULL;
     nvec v = {0};
-    if (!nv_push(P, &v, a, NULL) || !nv_to_kids(P, &v, n)) return NULL;
-    return n;
+    return nv_push(P, &v, a, NULL) ? nv_to_kids(&v, n) : NULL;
 }
 
 static jnode *node2(parser *P, jn_kind kind, const jtok *at, jnode *a, jnode *b) {
     jnode *n = new_node(P, kind, at);
     if (!n) return NULL;
     nvec v = {0};
-    if (!nv_push(P, &v, a, NULL) || !nv_push(P, &v, b, NULL) || !nv_to_kids(P, &v, n)) return NULL;
-    return n;
+    return nv_push(P, &v, a, NULL) && nv_push(P, &v, b, NULL) ? nv_to_kids(&v, n) : NULL;
 }
 
 static jnode *parse_expression(parser *P, bool with_condexpr);
@@ -228,11 +212,9 @@ static jnode *parse_filter(parser *P, jnode *subject) {
     nvec v = {0};
     if (!nv_push(P, &v, subject, NULL)) return NULL;
     if (is_op(cur(P), "(") && !parse_call_args(P, &v)) {
-        free(v.v);
-        free(v.names);
         return NULL;
     }
-    return nv_to_kids(P, &v, n) ? n : NULL;
+    return nv_to_kids(&v, n);
 }
 
 static jnode *parse_test(parser *P, jnode *subject) {
@@ -258,8 +240,6 @@ static jnode *parse_test(parser *P, jnode *subject) {
     const jtok *c = cur(P);
     if (is_op(c, "(")) {
         if (!parse_call_args(P, &v)) {
-            free(v.v);
-            free(v.names);
             return NULL;
         }
     } else if ((c->kind == JT_NAME || c->kind == JT_STRING || c->kind == JT_INT || c->kind == JT_FLOAT ||
@@ -271,7 +251,7 @@ static jnode *parse_test(parser *P, jnode *subject) {
         if (a) a = parse_postfix(P, a);
         if (!a || !nv_push(P, &v, a, NULL)) return NULL;
     }
-    return nv_to_kids(P, &v, n) ? n : NULL;
+    return nv_to_kids(&v, n);
 }
 
 static jnode *parse_subscript(parser *P, jnode *obj, const jtok *at) {
@@ -342,11 +322,9 @@ static jnode *parse_postfix(parser *P, jnode *node) {
             nvec v = {0};
             if (!nv_push(P, &v, node, NULL)) return NULL;
             if (!parse_call_args(P, &v)) {
-                free(v.v);
-                free(v.names);
                 return NULL;
             }
-            node = nv_to_kids(P, &v, n) ? n : NULL;
+            node = nv_to_kids(&v, n);
         } else {
             break;
         }
@@ -390,10 +368,8 @@ static jnode *parse_list_or_dict(parser *P, bool dict) {
         }
     }
     skip(P);
-    return nv_to_kids(P, &v, n) ? n : NULL;
+    return nv_to_kids(&v, n);
 bad:
-    free(v.v);
-    free(v.names);
     return NULL;
 }
 
@@ -545,8 +521,6 @@ static jnode *parse_compare(parser *P) {
         if (!v.n && !nv_push(P, &v, first, NULL)) return NULL;
         jnode *r = parse_math1(P);
         if (!r || !nv_push(P, &v, r, NULL)) {
-            free(v.v);
-            free(v.names);
             return NULL;
         }
         ops[nops++] = (uint8_t)op;
@@ -557,7 +531,7 @@ static jnode *parse_compare(parser *P) {
     n->ops = epyq_jj_alloc(P->ar, nops);
     if (!n->ops) return fail_at(P, at, "out of memory");
     memcpy(n->ops, ops, nops);
-    return nv_to_kids(P, &v, n) ? n : NULL;
+    return nv_to_kids(&v, n);
 }
 
 static jnode *parse_not(parser *P) {
@@ -651,8 +625,6 @@ static jnode *parse_tuple(parser *P, bool with_condexpr, bool explicit_parens) {
     if (!is_tuple) {
         if (v.n) {
             jnode *x = v.v[0];
-            free(v.v);
-            free(v.names);
             return x;
         }
         if (!explicit_parens) {
@@ -662,10 +634,8 @@ static jnode *parse_tuple(parser *P, bool with_condexpr, bool explicit_parens) {
     }
     jnode *n = new_node(P, JN_TUPLE, at);
     if (!n) goto bad;
-    return nv_to_kids(P, &v, n) ? n : NULL;
+    return nv_to_kids(&v, n);
 bad:
-    free(v.v);
-    free(v.names);
     return NULL;
 }
 
@@ -720,7 +690,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
     const char *which = NULL;
     P->opener = at;
     if (!parse_body(P, ends, &body, &which)) return NULL;
-    n->body = nv_to_body(P, &body, &n->nbody);
+    n->body = nv_to_body(&body, &n->nbody);
     const jtok *wt = cur(P);
     skip(P); /* the end tag's name */
     if (!strcmp(which, "elif")) {
@@ -738,7 +708,7 @@ static jnode *parse_if(parser *P, const jtok *at) {
         nvec eb = {0};
         P->opener = at;
         if (!parse_body(P, ends2, &eb, &which)) return NULL;
-        n->orelse = nv_to_body(P, &eb, &n->norelse);
+        n->orelse = nv_to_body(&eb, &n->norelse);
         skip(P);
     }
     return expect_kind(P, JT_BLOCK_END, "'%}'") ? n : NULL;
@@ -773,7 +743,7 @@ static jnode *parse_for(parser *P, const jtok *at) {
     bool ok = parse_body(P, ends, &body, &which);
     P->loops--;
     if (!ok) return NULL;
-    n->body = nv_to_body(P, &body, &n->nbody);
+    n->body = nv_to_body(&body, &n->nbody);
     skip(P);
     if (!strcmp(which, "else")) {
         static const char *const ends2[] = {"endfor", NULL};
@@ -781,7 +751,7 @@ static jnode *parse_for(parser *P, const jtok *at) {
         nvec eb = {0};
         P->opener = at;
         if (!parse_body(P, ends2, &eb, &which)) return NULL;
-        n->orelse = nv_to_body(P, &eb, &n->norelse);
+        n->orelse = nv_to_body(&eb, &n->norelse);
         skip(P);
     }
     return expect_kind(P, JT_BLOCK_END, "'%}'") ? n : NULL;
@@ -820,7 +790,7 @@ static jnode *parse_set(parser *P, const jtok *at) {
     const char *which = NULL;
     P->opener = at;
     if (!parse_body(P, ends, &body, &which)) return NULL;
-    n->body = nv_to_body(P, &body, &n->nbody);
+    n->body = nv_to_body(&body, &n->nbody);
     skip(P);
     return expect_kind(P, JT_BLOCK_END, "'%}'") ? n : NULL;
 }
@@ -850,21 +820,9 @@ static jnode *parse_macro(parser *P, const jtok *at) {
         if (!nv_push(P, &v, def, pname)) goto bad;
     }
     skip(P);
-    size_t np = v.n;
-    n->argnames = NULL;
-    if (np) {
-        n->argnames = epyq_jj_alloc_array(P->ar, np, sizeof *n->argnames);
-        n->kids = epyq_jj_alloc_array(P->ar, np, sizeof *n->kids);
-        if (!n->argnames || !n->kids) {
-            fail_at(P, at, "out of memory");
-            goto bad;
-        }
-        memcpy(n->argnames, v.names, np * sizeof *n->argnames);
-        memcpy(n->kids, v.v, np * sizeof *n->kids);
-        n->nkids = np;
-    }
-    free(v.v);
-    free(v.names);
+    n->argnames = v.n ? v.names : NULL; /* every parameter has a name */
+    n->kids = v.n ? v.v : NULL;
+    n->nkids = v.n;
     if (!expect_kind(P, JT_BLOCK_END, "'%}'")) return NULL;
     static const char *const ends[] = {"endmacro", NULL};
     nvec body = {0};
@@ -875,12 +833,10 @@ static jnode *parse_macro(parser *P, const jtok *at) {
     bool ok = parse_body(P, ends, &body, &which);
     P->loops = loops;
     if (!ok) return NULL;
-    n->body = nv_to_body(P, &body, &n->nbody);
+    n->body = nv_to_body(&body, &n->nbody);
     skip(P);
     return expect_kind(P, JT_BLOCK_END, "'%}'") ? n : NULL;
 bad:
-    free(v.v);
-    free(v.names);
     return NULL;
 }
 
@@ -908,7 +864,7 @@ static jnode *parse_statement(parser *P) {
         const char *which = NULL;
         P->opener = t;
         if (!parse_body(P, ends, &body, &which)) return NULL;
-        n->body = nv_to_body(P, &body, &n->nbody);
+        n->body = nv_to_body(&body, &n->nbody);
         skip(P);
         return expect_kind(P, JT_BLOCK_END, "'%}'") ? n : NULL;
     }
@@ -959,9 +915,6 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out, const char
     P->depth--;
     return true;
 bad:
-    free(out->v);
-    free(out->names);
-    memset(out, 0, sizeof *out);
     return false;
 }
 
@@ -1004,7 +957,7 @@ epyq_status epyq_jinja_parse(const char *src, size_t len, const char *name, epyq
         epyq_jinja_free(t);
         return EPYQ_E_TEMPLATE;
     }
-    t->body = nv_to_body(&P, &body, &t->nbody);
+    t->body = nv_to_body(&body, &t->nbody);
     if (P.failed) {
         epyq_jinja_free(t);
         return EPYQ_E_TEMPLATE;
