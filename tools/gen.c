@@ -167,9 +167,10 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
         int32_t n = (int32_t)(n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk);
         st = feed(g, ids + i, n, logits, err);
         if (show) {
-            double dt = epyq_now() - t0, done = (double)(i + (size_t)n), rate = dt > 0 ? done / dt : 0;
-            fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left", i + (size_t)n, n_ids, rate,
-                    rate > 0 ? ((double)n_ids - done) / rate : 0.0);
+            double dt = epyq_now() - t0, done = (double)(i + (size_t)n),
+                   rate = dt > 0 ? done / dt : 0;
+            fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left",
+                    i + (size_t)n, n_ids, rate, rate > 0 ? ((double)n_ids - done) / rate : 0.0);
         }
         if (cancel && *cancel) break;
     }
