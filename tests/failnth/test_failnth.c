@@ -30,7 +30,7 @@
 #include "tok/jinja.h"
 #include "tok/tokenizer.h"
 
-extern const char synth_chat_template[];
+extern const char epyq_synth_chat_template[];
 
 /* Present only in sanitizer builds; weak so the gcc build links without it. */
 int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
@@ -133,7 +133,7 @@ static epyq_status attempt_template(void *ctx, epyq_err *err, char *out, size_t 
     const cJSON *vars = ctx;
     epyq_jinja *t = NULL;
     char *text = NULL;
-    epyq_status st = epyq_jinja_parse(synth_chat_template, strlen(synth_chat_template), "qwen", &t, err);
+    epyq_status st = epyq_jinja_parse(epyq_synth_chat_template, strlen(epyq_synth_chat_template), "qwen", &t, err);
     if (st != EPYQ_OK && t) g_violation = "a failed parse returned a template";
     if (st == EPYQ_OK) {
         st = epyq_jinja_render(t, vars, NULL, &text, len, err);

@@ -17,7 +17,7 @@
 #include "tok/chat.h"
 #include "tools/batch_req.h"
 
-extern const char synth_chat_template[];
+extern const char epyq_synth_chat_template[];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -27,7 +27,7 @@ static epyq_chat *g_chat;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    if (epyq_chat_from_template(&g_chat, synth_chat_template, strlen(synth_chat_template), NULL) != EPYQ_OK) abort();
+    if (epyq_chat_from_template(&g_chat, epyq_synth_chat_template, strlen(epyq_synth_chat_template), NULL) != EPYQ_OK) abort();
     return 0;
 }
 
