@@ -28,6 +28,7 @@
 typedef struct {
     const char *dir, *synthetic, *host, *api_key, *name;
     int port, ctx, threads, parallel, max_queue, chunk, max_conn;
+    int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
     long max_body;
     double grace;
     bool quiet;
@@ -54,6 +55,8 @@ static void usage(FILE *f) {
             "  --parallel N             sequences decoded together (default 4)\n"
             "  --max-queue N            requests waiting for a sequence before 429 (default 64)\n"
             "  --chunk N                prompt tokens per forward call (default 512)\n"
+            "  --cache-mb N             prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
+            "  --cache-every N          copy the prompt state every N tokens and at its end (default 256)\n"
             "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
             "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
             "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
@@ -70,7 +73,8 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_KV, O_NUMA, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET };
+    enum { O_SYN = 256, O_HOST, O_PORT, O_PAR, O_QUEUE, O_CHUNK, O_KEY, O_NAME, O_KV, O_NUMA, O_PATH, O_BODY, O_CONN, O_GRACE, O_QUIET,
+           O_CACHE_MB, O_CACHE_EVERY };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},       {"synthetic", required_argument, 0, O_SYN},
         {"host", required_argument, 0, O_HOST},     {"port", required_argument, 0, O_PORT},
@@ -81,10 +85,12 @@ static int parse(int argc, char **argv, opts *o) {
         {"numa", required_argument, 0, O_NUMA},     {"path", required_argument, 0, O_PATH},
         {"max-body", required_argument, 0, O_BODY}, {"max-conn", required_argument, 0, O_CONN},
         {"grace", required_argument, 0, O_GRACE},   {"no-log-requests", no_argument, 0, O_QUIET},
+        {"cache-mb", required_argument, 0, O_CACHE_MB}, {"cache-every", required_argument, 0, O_CACHE_EVERY},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
     o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->kv = EPYQ_KV_BF16, o->path = EPYQ_PATH_A8;
+    o->cache_mb = 1024, o->cache_every = 256;
     epyq_numa_opts_init(&o->numa);
     int c;
     optind = 1;
@@ -105,6 +111,10 @@ static int parse(int argc, char **argv, opts *o) {
             if (epyq_tool_opt_long("epyq serve", optarg, c == 't' || c == O_QUEUE ? 0 : 1, 1 << 24, &v)) return 2;
             *(c == 'c' ? &o->ctx : c == 't' ? &o->threads : c == O_PAR ? &o->parallel : c == O_QUEUE ? &o->max_queue
               : c == O_CHUNK ? &o->chunk : &o->max_conn) = (int)v;
+            break;
+        case O_CACHE_MB: case O_CACHE_EVERY:
+            if (epyq_tool_opt_long("epyq serve", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+            *(c == O_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         case O_BODY:
             if (epyq_tool_opt_long("epyq serve", optarg, 64, 1L << 30, &v)) return 2;
@@ -176,7 +186,8 @@ int epyq_cmd_serve(int argc, char **argv) {
     if (st == EPYQ_OK) {
         const epyq_config *cfg = epyq_model_config(m);
         ctx = o.ctx < cfg->max_position_embeddings ? o.ctx : (int32_t)cfg->max_position_embeddings;
-        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.kv};
+        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.kv,
+                                     .cache_bytes = (uint64_t)o.cache_mb << 20, .cache_every = o.cache_every};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

@@ -462,14 +462,24 @@ static enum MHD_Result metrics(struct MHD_Connection *c, sreq *q) {
                      "# HELP epyq_forward_seconds_total Seconds inside the batched forward calls.\n"
                      "# TYPE epyq_forward_seconds_total counter\nepyq_forward_seconds_total %.6f\n"
                      "# HELP epyq_engine_busy_seconds_total Engine-thread seconds admitting, cancelling, stepping (forward included).\n"
-                     "# TYPE epyq_engine_busy_seconds_total counter\nepyq_engine_busy_seconds_total %.6f\n",
+                     "# TYPE epyq_engine_busy_seconds_total counter\nepyq_engine_busy_seconds_total %.6f\n"
+                     "# HELP epyq_prompt_cached_tokens_total Prompt tokens restored from the prefix cache instead of computed.\n"
+                     "# TYPE epyq_prompt_cached_tokens_total counter\nepyq_prompt_cached_tokens_total %llu\n"
+                     "# HELP epyq_prefix_cache_bytes Bytes the prefix cache holds (its budget is --cache-mb).\n"
+                     "# TYPE epyq_prefix_cache_bytes gauge\nepyq_prefix_cache_bytes %llu\n"
+                     "# HELP epyq_prefix_cache_entries Prompt-state copies the prefix cache holds.\n"
+                     "# TYPE epyq_prefix_cache_entries gauge\nepyq_prefix_cache_entries %llu\n"
+                     "# HELP epyq_prefix_cache_evictions_total Copies dropped to stay within --cache-mb.\n"
+                     "# TYPE epyq_prefix_cache_evictions_total counter\nepyq_prefix_cache_evictions_total %llu\n",
                      (unsigned long long)__atomic_load_n(&s->cancelled, __ATOMIC_RELAXED),
                      (unsigned long long)rs.eng.prompt_tokens, (unsigned long long)rs.eng.gen_tokens, rs.queued, rs.running,
                      (unsigned long long)__atomic_load_n(&s->streams_open, __ATOMIC_RELAXED),
                      rs.eng.prompt_s > 0 ? (double)rs.eng.prompt_tokens / rs.eng.prompt_s : 0.0,
                      rs.eng.decode_s > 0 ? (double)rs.eng.gen_tokens / rs.eng.decode_s : 0.0,
                      (unsigned long long)rs.eng.kv_bytes, (unsigned long long)rs.eng.steps,
-                     rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s);
+                     rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s, (unsigned long long)rs.eng.cached_tokens,
+                     (unsigned long long)rs.eng.cache_bytes, (unsigned long long)rs.eng.cache_entries,
+                     (unsigned long long)rs.eng.cache_evicted);
     enum MHD_Result r = b.p ? send_text(c, q, 200, "text/plain; version=0.0.4", b.p, NULL) : MHD_NO;
     epyq_sbuf_free(&b);
     return r;
