@@ -25,6 +25,7 @@ typedef struct {
     bool looked;      /* the prefix cache was consulted (or does not apply) */
     bool in_step;     /* this step carries prompt tokens of it */
     int32_t n_cached; /* prompt tokens restored from the cache */
+    size_t extra_cp;  /* one more checkpoint a waiting request asked for (0: none) */
     epyq_seq *seq;
     epyq_sampler *smp;
     epyq_tok_stream *ts;
@@ -295,7 +296,10 @@ static size_t common_prefix(const req *a, const req *b) {
 /* First step that could carry run[i]'s prompt: restore the longest cached prefix (all but the
  * last prompt token at most) — unless a request admitted before it, still prefilling, is about
  * to produce a longer shared checkpoint; then false: it waits (that one never waits on it, so
- * the oldest prefilling request always moves). */
+ * the oldest prefilling request always moves). Where the shared part ends between two
+ * multiples of cache_every (a system prompt, then each request's own text), the earlier
+ * request is asked for one extra copy exactly there, so the waiting ones compute only their
+ * own text; one such request at a time, and only ahead of where that request stands. */
 static bool cache_admit(epyq_engine *e, int32_t i) {
     req *r = e->run[i];
     if (!uses_cache(e, r)) {
@@ -307,12 +311,17 @@ static bool cache_admit(epyq_engine *e, int32_t i) {
     /* o's sequence position, not o->fed: tokens gathered for this very step are not in its
      * state (nor in a copy) until the forward call ran */
     for (int32_t j = 0; j < i; j++) {
-        const req *o = e->run[j];
+        req *o = e->run[j];
         if (o->done || (size_t)epyq_seq_pos(o->seq) >= o->n_ids || !uses_cache(e, o)) continue;
         size_t l = common_prefix(r, o), target;
         if (l > (size_t)max_len) l = (size_t)max_len;
         /* o's checkpoints inside the shared part: multiples of every, and o's prompt end */
         target = l == o->n_ids ? l : l / every * every;
+        size_t at = (size_t)epyq_seq_pos(o->seq);
+        if (l > target && l > at && l >= o->fed && l >= every && (o->extra_cp <= at || o->extra_cp == l))
+            o->extra_cp = target = l;
+        else if (o->extra_cp == l && l > at)
+            target = l;
         if (target > (size_t)have && (size_t)epyq_seq_pos(o->seq) < target) return false;
     }
     r->looked = true;
@@ -328,7 +337,7 @@ static void cache_checkpoints(epyq_engine *e) {
     for (int32_t i = 0; i < e->n_run; i++) {
         req *r = e->run[i];
         if (!r->in_step || !uses_cache(e, r)) continue;
-        if (r->fed % (size_t)e->o.cache_every && r->fed != r->n_ids) continue;
+        if (r->fed % (size_t)e->o.cache_every && r->fed != r->n_ids && r->fed != r->extra_cp) continue;
         epyq_err err;
         (void)epyq_prefix_insert(e->cache, r->ids, r->fed, r->seq, &err);
     }
@@ -357,6 +366,7 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
             if (r->prompt_lp && take > PROMPT_LP_CHUNK) take = PROMPT_LP_CHUNK;
             if (uses_cache(e, r)) { /* end the chunk at the next checkpoint */
                 size_t every = (size_t)e->o.cache_every, next = (r->fed / every + 1) * every;
+                if (r->extra_cp > r->fed && r->extra_cp < next) next = r->extra_cp;
                 if (r->fed + take > next) take = next - r->fed;
             }
             r->in_step = true;

@@ -2,8 +2,9 @@
  * engine.c) on a synthetic tiny compressed-tensors checkpoint:
  *   - 16 requests sharing a 300-token prefix, admitted together 8 at a time: every request's
  *     tokens equal those of the same job with the cache off (greedy and seeded sampling); the
- *     prompt tokens computed stay within prefix + suffixes + n x granularity; each request
- *     after the first reports the cached prefix in usage;
+ *     prompt tokens computed stay within prefix + suffixes + n x granularity (here exactly
+ *     prefix + suffixes: the shared part gets a copy where it ends); each request after the
+ *     first reports the cached prefix in usage;
  *   - a prompt that extends an earlier one starts from that one's end-of-prompt copy;
  *   - a budget of about two copies: the cache never holds more than its budget (checked after
  *     every step), evicts, and the outputs are still those of the cache off. */
@@ -111,14 +112,16 @@ START_TEST(test_shared_prefix) {
         ck_assert_mem_eq(on[i].toks, off[i].toks, GEN * sizeof(int32_t));
         ck_assert_int_eq(off[i].usage.n_cached, 0);
         ck_assert_int_eq(on[i].usage.n_prompt, ps[i].n);
-        /* the first computes the prefix; the others (admitted with it or later) reuse its
-         * last checkpoint inside the shared part */
-        ck_assert_int_eq(on[i].usage.n_cached, i == 0 ? 0 : PREFIX / EVERY * EVERY);
+        /* the first computes the prefix; the ones admitted with it wait and have it copy its
+         * state where the shared part ends (300 is not a multiple of EVERY); later ones find
+         * that copy too */
+        ck_assert_int_eq(on[i].usage.n_cached, i == 0 ? 0 : PREFIX);
         cached += (uint64_t)on[i].usage.n_cached;
     }
     ck_assert_uint_eq(b.st.cached_tokens, cached);
     ck_assert_uint_eq(b.st.prompt_tokens + b.st.cached_tokens, total);
     ck_assert_uint_le(b.st.prompt_tokens, PREFIX + suffixes + (uint64_t)NREQ * EVERY);
+    ck_assert_uint_eq(b.st.prompt_tokens, PREFIX + suffixes);
     fprintf(stderr, "shared prefix: %d requests, prompt tokens computed %llu (off: %llu), cached %llu\n", NREQ,
             (unsigned long long)b.st.prompt_tokens, (unsigned long long)a.st.prompt_tokens,
             (unsigned long long)b.st.cached_tokens);
