@@ -9,6 +9,7 @@
 typedef struct {
     uint64_t hash, bytes; /* bytes: everything this entry holds */
     int32_t n;            /* prefix length = snapshot position */
+    bool hit;             /* restored from at least once */
     int32_t *ids;
     void *snap;
     uint64_t snap_len;
@@ -93,6 +94,7 @@ int32_t epyq_prefix_restore(epyq_prefix *c, const int32_t *ids, size_t n, int32_
         c->st.misses++;
         return 0;
     }
+    c->e[best].hit = true;
     touch(c, (size_t)best);
     c->st.hits++;
     return len;
@@ -108,10 +110,17 @@ epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, con
     uint64_t snap_len = epyq_seq_snapshot_size(s, (int32_t)n);
     uint64_t bytes = snap_len + n * sizeof *ids + sizeof(entry);
     if (n == 0 || bytes > c->st.budget || (int64_t)n != epyq_seq_pos(s)) return EPYQ_OK; /* cannot be kept */
+    /* Copies nothing has restored from yet go first, least recently used first; then the
+     * others, the same way. Without that, a batch's stream of end-of-prompt copies (each of a
+     * prompt of its own, never reused) would push out the one shared prefix every request
+     * restores, once the budget holds fewer copies than requests run together. */
     while (c->st.bytes + bytes > c->st.budget && c->n) {
-        c->st.bytes -= c->e[0].bytes;
-        entry_free(&c->e[0]);
-        memmove(&c->e[0], &c->e[1], (c->n - 1) * sizeof *c->e);
+        size_t v = 0;
+        while (v < c->n && c->e[v].hit) v++;
+        if (v == c->n) v = 0;
+        c->st.bytes -= c->e[v].bytes;
+        entry_free(&c->e[v]);
+        memmove(&c->e[v], &c->e[v + 1], (c->n - v - 1) * sizeof *c->e);
         c->n--;
         c->st.evicted++;
     }
@@ -121,7 +130,7 @@ epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, con
         if (!ne) return epyq_err_set(err, EPYQ_E_NOMEM, "prefix cache: out of memory");
         c->e = ne, c->cap = cap;
     }
-    entry x = {h, bytes, (int32_t)n, malloc(n * sizeof *ids), malloc(snap_len), snap_len};
+    entry x = {h, bytes, (int32_t)n, false, malloc(n * sizeof *ids), malloc(snap_len), snap_len};
     if (!x.ids || !x.snap) {
         entry_free(&x);
         return epyq_err_set(err, EPYQ_E_NOMEM, "prefix cache: a %llu-byte state snapshot: out of memory",

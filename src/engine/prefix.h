@@ -1,6 +1,7 @@
 /* src/engine/prefix.h — the engine's prompt-prefix cache (issue 15): copies of sequence state
  * (epyq_seq_snapshot) keyed by the exact token prefix that produced them, kept least recently
- * used first out under a byte budget.
+ * used first out under a byte budget — copies no request has restored from yet before those
+ * that have served one.
  *
  * A hybrid model's DeltaNet state cannot be rewound, so a cached prefix is only usable where a
  * copy was taken: the engine takes them at every multiple of `every` prompt tokens and at the
