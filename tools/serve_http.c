@@ -563,8 +563,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         const char *fr = fin ? epyq_engine_finish_name(q->finish) : q->submitted ? "client_gone" : "none";
         pthread_mutex_unlock(&q->mu);
         fprintf(stderr, "{\"event\":\"request\",\"endpoint\":\"%s\",\"status\":%d,\"stream\":%s,\"prompt_tokens\":%d,"
-                        "\"completion_tokens\":%d,\"finish\":\"%s\",\"completed\":%s,\"ms\":%.1f}\n",
-                ep_names[q->ep], q->status, q->req.stream ? "true" : "false", u.n_prompt, u.n_gen, fr,
+                        "\"cached_tokens\":%d,\"completion_tokens\":%d,\"finish\":\"%s\",\"completed\":%s,\"ms\":%.1f}\n",
+                ep_names[q->ep], q->status, q->req.stream ? "true" : "false", u.n_prompt, u.n_cached, u.n_gen, fr,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", 1e3 * (epyq_now() - q->t0));
     }
     if (q->submitted) {

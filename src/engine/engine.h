@@ -7,7 +7,9 @@
  * tokens over all of them) and one decode token of every other request. Each request has its
  * own sampler, its own stop rules (eos ids, stop strings, max_tokens, the context limit) and
  * its own streaming detokenizer; its tokens depend only on its prompt and parameters, never on
- * which requests share its steps (the model's batch-independence, src/model/model.h). A
+ * which requests share its steps (the model's batch-independence, src/model/model.h), nor on
+ * whether its prompt prefix was restored from the prefix cache (opts.cache_bytes; a request may
+ * then wait a few steps for an earlier one's copy, or start past the copied prefix). A
  * request's events arrive through its callbacks, on the thread that calls step: text that
  * became final (stop strings are held back until they can no longer start), the token and,
  * when asked for, its log-probabilities; then exactly one on_done. epyq_engine_cancel() ends a
