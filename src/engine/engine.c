@@ -306,7 +306,8 @@ static bool cache_admit(epyq_engine *e, int32_t i) {
         r->looked = true;
         return true;
     }
-    int32_t max_len = (int32_t)r->n_ids - 1, have = epyq_prefix_longest(e->cache, r->ids, r->n_ids, max_len);
+    int32_t max_len = (int32_t)r->n_ids - 1,
+            have = epyq_prefix_longest(e->cache, r->ids, r->n_ids, max_len);
     size_t every = (size_t)e->o.cache_every;
     /* o's sequence position, not o->fed: tokens gathered for this very step are not in its
      * state (nor in a copy) until the forward call ran */
@@ -318,7 +319,8 @@ static bool cache_admit(epyq_engine *e, int32_t i) {
         /* o's checkpoints inside the shared part: multiples of every, and o's prompt end */
         target = l == o->n_ids ? l : l / every * every;
         size_t at = (size_t)epyq_seq_pos(o->seq);
-        if (l > target && l > at && l >= o->fed && l >= every && (o->extra_cp <= at || o->extra_cp == l))
+        if (l > target && l > at && l >= o->fed && l >= every &&
+            (o->extra_cp <= at || o->extra_cp == l))
             o->extra_cp = target = l;
         else if (o->extra_cp == l && l > at)
             target = l;
@@ -337,7 +339,8 @@ static void cache_checkpoints(epyq_engine *e) {
     for (int32_t i = 0; i < e->n_run; i++) {
         req *r = e->run[i];
         if (!r->in_step || !uses_cache(e, r)) continue;
-        if (r->fed % (size_t)e->o.cache_every && r->fed != r->n_ids && r->fed != r->extra_cp) continue;
+        if (r->fed % (size_t)e->o.cache_every && r->fed != r->n_ids && r->fed != r->extra_cp)
+            continue;
         epyq_err err;
         (void)epyq_prefix_insert(e->cache, r->ids, r->fed, r->seq, &err);
     }

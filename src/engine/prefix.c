@@ -50,7 +50,8 @@ void epyq_prefix_free(epyq_prefix *c) {
 /* Index of the entry holding exactly ids[0, n), or -1. */
 static ptrdiff_t find(const epyq_prefix *c, const int32_t *ids, size_t n, uint64_t h) {
     for (size_t i = c->n; i-- > 0;)
-        if (c->e[i].hash == h && (size_t)c->e[i].n == n && !memcmp(c->e[i].ids, ids, n * sizeof *ids))
+        if (c->e[i].hash == h && (size_t)c->e[i].n == n &&
+            !memcmp(c->e[i].ids, ids, n * sizeof *ids))
             return (ptrdiff_t)i;
     return -1;
 }
@@ -82,7 +83,8 @@ int32_t epyq_prefix_longest(const epyq_prefix *c, const int32_t *ids, size_t n, 
     return b < 0 ? 0 : c->e[b].n;
 }
 
-int32_t epyq_prefix_restore(epyq_prefix *c, const int32_t *ids, size_t n, int32_t max_len, epyq_seq *s) {
+int32_t epyq_prefix_restore(epyq_prefix *c, const int32_t *ids, size_t n, int32_t max_len,
+                            epyq_seq *s) {
     ptrdiff_t best = longest(c, ids, n, max_len);
     if (best < 0) {
         c->st.misses++;
@@ -100,7 +102,8 @@ int32_t epyq_prefix_restore(epyq_prefix *c, const int32_t *ids, size_t n, int32_
     return len;
 }
 
-epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, const epyq_seq *s, epyq_err *err) {
+epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, const epyq_seq *s,
+                               epyq_err *err) {
     uint64_t h = hash_ids(ids, n);
     ptrdiff_t at = find(c, ids, n, h);
     if (at >= 0) {
@@ -109,7 +112,8 @@ epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, con
     }
     uint64_t snap_len = epyq_seq_snapshot_size(s, (int32_t)n);
     uint64_t bytes = snap_len + n * sizeof *ids + sizeof(entry);
-    if (n == 0 || bytes > c->st.budget || (int64_t)n != epyq_seq_pos(s)) return EPYQ_OK; /* cannot be kept */
+    if (n == 0 || bytes > c->st.budget || (int64_t)n != epyq_seq_pos(s))
+        return EPYQ_OK; /* cannot be kept */
     /* Copies nothing has restored from yet go first, least recently used first; then the
      * others, the same way. Without that, a batch's stream of end-of-prompt copies (each of a
      * prompt of its own, never reused) would push out the one shared prefix every request
@@ -133,7 +137,8 @@ epyq_status epyq_prefix_insert(epyq_prefix *c, const int32_t *ids, size_t n, con
     entry x = {h, bytes, (int32_t)n, false, malloc(n * sizeof *ids), malloc(snap_len), snap_len};
     if (!x.ids || !x.snap) {
         entry_free(&x);
-        return epyq_err_set(err, EPYQ_E_NOMEM, "prefix cache: a %llu-byte state snapshot: out of memory",
+        return epyq_err_set(err, EPYQ_E_NOMEM,
+                            "prefix cache: a %llu-byte state snapshot: out of memory",
                             (unsigned long long)snap_len);
     }
     memcpy(x.ids, ids, n * sizeof *ids);

@@ -36,7 +36,8 @@ static void on_event(void *ctx, const epyq_engine_event *ev) {
     if (!ev->prompt && ev->tok >= 0 && r->n_tok < GEN) r->toks[r->n_tok++] = ev->tok;
 }
 
-static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u, const epyq_err *err) {
+static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u,
+                    const epyq_err *err) {
     rec *r = ctx;
     (void)f, (void)err;
     r->usage = *u, r->n_done++;
@@ -50,9 +51,11 @@ typedef struct {
 /* Prompt i: the shared prefix of group g, then a suffix of its own of 1..40 tokens. */
 static void mk_prompt(prompt *p, int i, int g, int prefix) {
     p->n = 0;
-    for (int k = 0; k < prefix; k++) p->ids[p->n++] = (int32_t)((k * 131u + (unsigned)g * 7919u + 3u) % 1000u);
+    for (int k = 0; k < prefix; k++)
+        p->ids[p->n++] = (int32_t)((k * 131u + (unsigned)g * 7919u + 3u) % 1000u);
     int suf = 1 + (i * 13) % 40;
-    for (int k = 0; k < suf; k++) p->ids[p->n++] = (int32_t)((k * 37u + (unsigned)i * 977u + 11u) % 1000u);
+    for (int k = 0; k < suf; k++)
+        p->ids[p->n++] = (int32_t)((k * 37u + (unsigned)i * 977u + 11u) % 1000u);
 }
 
 typedef struct {
@@ -64,8 +67,12 @@ typedef struct {
 static void run_job(const prompt *ps, int n, uint64_t cache_bytes, rec *out, run_stats *rs) {
     epyq_engine *e = NULL;
     epyq_err err = {0};
-    const epyq_engine_opts o = {.max_seqs = 8, .chunk = 96, .ctx_limit = 512, .kv = EPYQ_KV_BF16,
-                                .cache_bytes = cache_bytes, .cache_every = EVERY};
+    const epyq_engine_opts o = {.max_seqs = 8,
+                                .chunk = 96,
+                                .ctx_limit = 512,
+                                .kv = EPYQ_KV_BF16,
+                                .cache_bytes = cache_bytes,
+                                .cache_every = EVERY};
     ck_assert_msg(epyq_engine_create(&e, g_m, g_tok, &o, &err) == EPYQ_OK, "%s", err.msg);
     memset(out, 0, (size_t)n * sizeof *out);
     memset(rs, 0, sizeof *rs);
@@ -75,11 +82,14 @@ static void run_job(const prompt *ps, int n, uint64_t cache_bytes, rec *out, run
         while (next < n && epyq_engine_free_slots(e) > 0) {
             epyq_engine_params p = {.max_tokens = GEN, .logprobs = -1, .ignore_eos = true};
             /* odd requests sample (own seed), even ones are greedy */
-            p.sp = (epyq_sample_params){.temperature = next % 2 ? 0.8f : 0.0f, .top_p = 1.0f,
-                                        .repetition_penalty = 1.0f, .seed = (uint64_t)next + 1};
+            p.sp = (epyq_sample_params){.temperature = next % 2 ? 0.8f : 0.0f,
+                                        .top_p = 1.0f,
+                                        .repetition_penalty = 1.0f,
+                                        .seed = (uint64_t)next + 1};
             const epyq_engine_cb cb = {on_event, on_done, &out[next]};
-            ck_assert_msg(epyq_engine_add(e, ps[next].ids, (size_t)ps[next].n, &p, &cb, NULL, &err) == EPYQ_OK, "%s",
-                          err.msg);
+            ck_assert_msg(epyq_engine_add(e, ps[next].ids, (size_t)ps[next].n, &p, &cb, NULL,
+                                          &err) == EPYQ_OK,
+                          "%s", err.msg);
             next++;
         }
         ck_assert_msg(epyq_engine_step(e, &err) == EPYQ_OK, "%s", err.msg);
@@ -122,8 +132,9 @@ START_TEST(test_shared_prefix) {
     ck_assert_uint_eq(b.st.prompt_tokens + b.st.cached_tokens, total);
     ck_assert_uint_le(b.st.prompt_tokens, PREFIX + suffixes + (uint64_t)NREQ * EVERY);
     ck_assert_uint_eq(b.st.prompt_tokens, PREFIX + suffixes);
-    fprintf(stderr, "shared prefix: %d requests, prompt tokens computed %llu (off: %llu), cached %llu\n", NREQ,
-            (unsigned long long)b.st.prompt_tokens, (unsigned long long)a.st.prompt_tokens,
+    fprintf(stderr,
+            "shared prefix: %d requests, prompt tokens computed %llu (off: %llu), cached %llu\n",
+            NREQ, (unsigned long long)b.st.prompt_tokens, (unsigned long long)a.st.prompt_tokens,
             (unsigned long long)b.st.cached_tokens);
 }
 END_TEST
@@ -163,8 +174,8 @@ START_TEST(test_lru_budget) {
     ck_assert_uint_le(b.max_cache_bytes, budget);
     ck_assert_uint_gt(b.st.cached_tokens, 0);
     fprintf(stderr, "lru: budget %llu bytes (2.5 copies), peak %llu, evicted %llu, cached %llu\n",
-            (unsigned long long)budget, (unsigned long long)b.max_cache_bytes, (unsigned long long)b.st.cache_evicted,
-            (unsigned long long)b.st.cached_tokens);
+            (unsigned long long)budget, (unsigned long long)b.max_cache_bytes,
+            (unsigned long long)b.st.cache_evicted, (unsigned long long)b.st.cached_tokens);
     /* a budget below one copy keeps nothing and changes nothing */
     run_job(ps, N, one / 2, on, &b);
     ck_assert_uint_eq(b.st.cache_entries, 0);

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/e2e/synth_model.h"
 #include "model/model.h"
+#include "tests/e2e/synth_model.h"
 
 #define P 37 /* prefix */
 #define R 11 /* rest */
@@ -26,8 +26,8 @@ static epyq_model *load(const char *dir) {
 
 /* Feed n tokens of one sequence in chunks of at most `chunk`; logits [n][V] and hidden
  * [n][H] of every token when non-NULL. */
-static void feed(epyq_model *m, epyq_seq *s, const int32_t *tok, int32_t n, int32_t chunk, float *logits,
-                 float *hidden) {
+static void feed(epyq_model *m, epyq_seq *s, const int32_t *tok, int32_t n, int32_t chunk,
+                 float *logits, float *hidden) {
     const epyq_config *c = epyq_model_config(m);
     epyq_seq *seqs[64];
     ck_assert(chunk <= 64);
@@ -37,13 +37,15 @@ static void feed(epyq_model *m, epyq_seq *s, const int32_t *tok, int32_t n, int3
         epyq_batch b = {k, seqs, tok + at, NULL};
         epyq_err err = {0};
         ck_assert_msg(epyq_model_forward(m, &b, logits ? logits + (size_t)at * c->vocab_size : NULL,
-                                         hidden ? hidden + (size_t)at * c->hidden_size : NULL, &err) == EPYQ_OK,
+                                         hidden ? hidden + (size_t)at * c->hidden_size : NULL,
+                                         &err) == EPYQ_OK,
                       "%s", err.msg);
     }
 }
 
 static void tokens(int32_t *t, int32_t n, uint32_t salt, int32_t V) {
-    for (int32_t i = 0; i < n; i++) t[i] = (int32_t)((i * 2654435761u + salt * 40503u) % (uint32_t)V);
+    for (int32_t i = 0; i < n; i++)
+        t[i] = (int32_t)((i * 2654435761u + salt * 40503u) % (uint32_t)V);
 }
 
 static void exact_on(const char *fmt, epyq_kv_type kv) {
@@ -60,7 +62,8 @@ static void exact_on(const char *fmt, epyq_kv_type kv) {
     ck_assert(epyq_seq_create(&b, m, 96, kv, &err) == EPYQ_OK);
     ck_assert(epyq_seq_create(&fresh, m, 128, kv, &err) == EPYQ_OK);
     float *hid = malloc((size_t)(P + R) * H * sizeof(float));
-    float *lf = malloc((size_t)(P + R) * V * sizeof(float)), *lb = malloc((size_t)R * V * sizeof(float));
+    float *lf = malloc((size_t)(P + R) * V * sizeof(float)),
+          *lb = malloc((size_t)R * V * sizeof(float));
     ck_assert(hid && lf && lb);
 
     /* the oracle: one fresh sequence fed everything */
@@ -71,7 +74,9 @@ static void exact_on(const char *fmt, epyq_kv_type kv) {
     int32_t pos[P];
     for (int32_t i = 0; i < P; i++) pos[i] = i;
     bool mtp = epyq_model_has_mtp(m);
-    if (mtp) ck_assert_msg(epyq_model_mtp(m, a, P, hid, all, pos, 0, NULL, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    if (mtp)
+        ck_assert_msg(epyq_model_mtp(m, a, P, hid, all, pos, 0, NULL, NULL, &err) == EPYQ_OK, "%s",
+                      err.msg);
     uint64_t sz = epyq_seq_snapshot_size(a, P);
     void *snap = malloc(sz);
     ck_assert(snap);
@@ -79,7 +84,9 @@ static void exact_on(const char *fmt, epyq_kv_type kv) {
     ck_assert_int_eq(epyq_seq_snapshot_pos(snap), P);
     float *lmtp_a = malloc((size_t)V * sizeof(float)), *lmtp_b = malloc((size_t)V * sizeof(float));
     int32_t pP = P;
-    if (mtp) ck_assert(epyq_model_mtp(m, a, 1, hid + (size_t)(P - 1) * H, &all[P], &pP, 1, lmtp_a, NULL, &err) == EPYQ_OK);
+    if (mtp)
+        ck_assert(epyq_model_mtp(m, a, 1, hid + (size_t)(P - 1) * H, &all[P], &pP, 1, lmtp_a, NULL,
+                                 &err) == EPYQ_OK);
     feed(m, a, junk, 20, 7, NULL, NULL); /* a moves on: the copy must not */
 
     /* b: used for something else first, then restored and fed the rest */
@@ -87,9 +94,11 @@ static void exact_on(const char *fmt, epyq_kv_type kv) {
     ck_assert(epyq_seq_spec_begin(b, 2, &err) == EPYQ_OK);
     ck_assert_msg(epyq_seq_restore(b, snap, sz, &err) == EPYQ_OK, "%s", err.msg);
     ck_assert_int_eq(epyq_seq_pos(b), P);
-    ck_assert(epyq_seq_rollback(b, 1, &err) != EPYQ_OK); /* the speculation ended with the restore */
+    ck_assert(epyq_seq_rollback(b, 1, &err) !=
+              EPYQ_OK); /* the speculation ended with the restore */
     if (mtp) {
-        ck_assert(epyq_model_mtp(m, b, 1, hid + (size_t)(P - 1) * H, &all[P], &pP, 1, lmtp_b, NULL, &err) == EPYQ_OK);
+        ck_assert(epyq_model_mtp(m, b, 1, hid + (size_t)(P - 1) * H, &all[P], &pP, 1, lmtp_b, NULL,
+                                 &err) == EPYQ_OK);
         ck_assert_mem_eq(lmtp_a, lmtp_b, (size_t)V * sizeof(float));
     }
     feed(m, b, all + P, R, 4, lb, NULL);
@@ -100,7 +109,8 @@ static void exact_on(const char *fmt, epyq_kv_type kv) {
     ck_assert(epyq_seq_create(&small, m, P - 1, kv, &err) == EPYQ_OK);
     ck_assert_int_eq(epyq_seq_restore(small, snap, sz, &err), EPYQ_E_CTX_FULL);
     ck_assert_int_eq(epyq_seq_pos(small), 0);
-    ck_assert(epyq_seq_create(&other, m, 128, kv == EPYQ_KV_BF16 ? EPYQ_KV_FP8 : EPYQ_KV_BF16, &err) == EPYQ_OK);
+    ck_assert(epyq_seq_create(&other, m, 128, kv == EPYQ_KV_BF16 ? EPYQ_KV_FP8 : EPYQ_KV_BF16,
+                              &err) == EPYQ_OK);
     ck_assert_int_eq(epyq_seq_restore(other, snap, sz, &err), EPYQ_E_ARG);
     ck_assert_int_eq(epyq_seq_restore(b, snap, sz - 1, &err), EPYQ_E_ARG);
     ck_assert_int_eq(epyq_seq_pos(b), P + R);
