@@ -43,7 +43,8 @@ typedef struct {
      * prompt, kept under cache_bytes (LRU); a request starts from the longest cached prefix of
      * its prompt (at most all but its last token, whose logits it needs) and feeds the rest.
      * A request whose prompt shares at least cache_every tokens with one admitted before it and
-     * still prefilling waits for that one's copy instead of computing the same prefix beside it.
+     * still prefilling waits for that one's copy instead of computing the same prefix beside it
+     * (that one also copies its state where their shared part ends, off the cache_every grid).
      * Requests with prompt_logprobs neither use nor fill the cache (they need every row's
      * logits). Outputs are the same bits with the cache on or off (tests/unit/test_prefix.c). */
     uint64_t cache_bytes;
