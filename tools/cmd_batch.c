@@ -42,6 +42,7 @@ static void on_signal(int sig) { g_stop = sig; }
 typedef struct {
     const char *dir, *synthetic, *in, *out;
     int max_batch, ctx, threads, chunk;
+    int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
     bool resume, ctx_set;
     epyq_numpath path;
     epyq_tool_rt rt; /* --kv-type, --numa... (tools/tool_model.h) */
@@ -60,7 +61,7 @@ typedef struct {
     char *record;           /* finished output line without '\n' */
     char *prompt_text;      /* what the model saw (chat: rendered template) */
     size_t n_ids;           /* prompt tokens */
-    int32_t n_gen;
+    int32_t n_gen, n_cached;
     const char *finish;
     epyq_sbuf text;         /* generated text */
 } job;
@@ -99,6 +100,8 @@ static void usage(FILE *f) {
             "  --max-batch N         requests decoded together (default 8)\n"
             "  -c, --ctx-size N      per-request context limit (default 4096, at most the model's)\n"
             "  --chunk N             prompt tokens per forward call over all requests (default 512)\n"
+            "  --cache-mb N          prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
+            "  --cache-every N       copy the prompt state every N tokens and at its end (default 256)\n"
             "  --resume              skip custom_ids already in the output, append the rest\n"
             "  -t, --threads N       threads (default: all allowed CPUs)\n"
             "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
@@ -111,18 +114,20 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { OPT_SYN = 256, OPT_MAXB, OPT_RESUME, OPT_PATH, OPT_CHUNK };
+    enum { OPT_SYN = 256, OPT_MAXB, OPT_RESUME, OPT_PATH, OPT_CHUNK, OPT_CACHE_MB, OPT_CACHE_EVERY };
     static const struct option lo[] = {
         {"model", required_argument, 0, 'm'},   {"synthetic", required_argument, 0, OPT_SYN},
         {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
         {"max-batch", required_argument, 0, OPT_MAXB}, {"ctx-size", required_argument, 0, 'c'},
         {"chunk", required_argument, 0, OPT_CHUNK}, {"resume", no_argument, 0, OPT_RESUME},
         {"threads", required_argument, 0, 't'}, {"path", required_argument, 0, OPT_PATH},
+        {"cache-mb", required_argument, 0, OPT_CACHE_MB}, {"cache-every", required_argument, 0, OPT_CACHE_EVERY},
         {"help", no_argument, 0, 'h'},          EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
     o->max_batch = 8;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->ctx = 4096;
     o->chunk = 512;
+    o->cache_mb = 1024, o->cache_every = 256;
     int c;
     optind = 1;
     if (epyq_tool_rt_init(&o->rt, "epyq batch")) return 2;
@@ -143,6 +148,12 @@ static int parse(int argc, char **argv, opts *o) {
             long v;
             if (epyq_tool_opt_long("epyq batch", optarg, c == 't' ? 0 : 1, 1 << 24, &v)) return 2;
             *(c == OPT_MAXB ? &o->max_batch : c == 'c' ? &o->ctx : c == 't' ? &o->threads : &o->chunk) = (int)v;
+            break;
+        }
+        case OPT_CACHE_MB: case OPT_CACHE_EVERY: {
+            long v;
+            if (epyq_tool_opt_long("epyq batch", optarg, c == OPT_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+            *(c == OPT_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         }
         case OPT_PATH:
@@ -223,6 +234,9 @@ static char *record_ok(const batch *b, const job *j) {
     cJSON_AddNumberToObject(usage, "prompt_tokens", (double)j->n_ids);
     cJSON_AddNumberToObject(usage, "completion_tokens", j->n_gen);
     cJSON_AddNumberToObject(usage, "total_tokens", (double)j->n_ids + j->n_gen);
+    cJSON *ptd = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ptd, "cached_tokens", j->n_cached);
+    cJSON_AddItemToObject(usage, "prompt_tokens_details", ptd);
     cJSON_AddItemToObject(body, "usage", usage);
     cJSON_AddItemToObject(resp, "body", body);
     cJSON_AddItemToObject(r, "response", resp);
@@ -282,7 +296,7 @@ static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u,
     job *j = ctx;
     batch *b = j->b;
     (void)err; /* a failed step is fatal to the job: epyq_engine_step returns the error */
-    j->n_gen = u->n_gen;
+    j->n_gen = u->n_gen, j->n_cached = u->n_cached;
     j->finish = epyq_engine_finish_name(f);
     j->record = record_ok(b, j);
     j->state = JOB_DONE;
@@ -352,6 +366,11 @@ static void progress(batch *b, bool final) {
     double eta = b->n_done ? el * (double)(b->n_todo - b->n_done) / (double)b->n_done : 0;
     fprintf(stderr, "%sbatch: %zu/%zu done, %zu failed, %.1f tokens/s, elapsed %.0fs, ETA %.0fs%s",
             tty ? "\r" : "", b->n_done, b->n_todo, b->n_failed, rate, el, eta, tty && !final ? "   " : "\n");
+    if (final)
+        fprintf(stderr, "batch: prompt tokens computed %llu, cached %llu; prefix cache %llu entries, %.1f of %.0f MB, %llu evicted\n",
+                (unsigned long long)es.prompt_tokens, (unsigned long long)es.cached_tokens,
+                (unsigned long long)es.cache_entries, (double)es.cache_bytes / 1048576.0,
+                (double)es.cache_budget / 1048576.0, (unsigned long long)es.cache_evicted);
 }
 
 /* --resume: truncate a partial last line, return the custom_ids already written. */
@@ -474,7 +493,8 @@ int epyq_cmd_batch(int argc, char **argv) {
         const char *base = strrchr(dir, '/');
         snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
         epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it can hold */
-        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = o.rt.kv};
+        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = o.rt.kv,
+                                     .cache_bytes = (uint64_t)o.cache_mb << 20, .cache_every = o.cache_every};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
     if (st == EPYQ_OK) {

@@ -28,6 +28,7 @@
 typedef struct {
     const char *dir, *synthetic, *host, *api_key, *name;
     int port, ctx, threads, parallel, max_queue, chunk, max_conn;
+    int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
     long max_body;
     double grace;
     bool quiet;
@@ -54,6 +55,8 @@ static void usage(FILE *f) {
         "  --parallel N             sequences decoded together (default 4)\n"
         "  --max-queue N            requests waiting for a sequence before 429 (default 64)\n"
         "  --chunk N                prompt tokens per forward call (default 512)\n"
+        "  --cache-mb N             prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
+        "  --cache-every N          copy the prompt state every N tokens and at its end (default 256)\n"
         "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
         "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
         "  --path a16|a8            int4 expert kernels' numeric path (default a8)\n"
@@ -83,7 +86,9 @@ static int parse(int argc, char **argv, opts *o) {
         O_BODY,
         O_CONN,
         O_GRACE,
-        O_QUIET
+        O_QUIET,
+        O_CACHE_MB,
+        O_CACHE_EVERY
     };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
@@ -101,11 +106,14 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"max-conn", required_argument, 0, O_CONN},
                                        {"grace", required_argument, 0, O_GRACE},
                                        {"no-log-requests", no_argument, 0, O_QUIET},
+                                       {"cache-mb", required_argument, 0, O_CACHE_MB},
+                                       {"cache-every", required_argument, 0, O_CACHE_EVERY},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
                                        {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
     o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->path = EPYQ_PATH_A8;
+    o->cache_mb = 1024, o->cache_every = 256;
     if (epyq_tool_rt_init(&o->rt, "epyq serve")) return 2;
     int c;
     optind = 1;
@@ -127,6 +135,10 @@ static int parse(int argc, char **argv, opts *o) {
             *(c == 'c' ? &o->ctx : c == 't' ? &o->threads : c == O_PAR ? &o->parallel : c == O_QUEUE ? &o->max_queue
               : c == O_CHUNK ? &o->chunk : &o->max_conn) = (int)v;
             if (c == 'c') o->ctx_set = true;
+            break;
+        case O_CACHE_MB: case O_CACHE_EVERY:
+            if (epyq_tool_opt_long("epyq serve", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+            *(c == O_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         case O_BODY:
             if (epyq_tool_opt_long("epyq serve", optarg, 64, 1L << 30, &v)) return 2;
@@ -197,8 +209,8 @@ int epyq_cmd_serve(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         epyq_tool_ctx_report(m, ctx, o.parallel, o.rt.kv);
-        const epyq_engine_opts eo = {
-            .max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv};
+        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv,
+                                     .cache_bytes = (uint64_t)o.cache_mb << 20, .cache_every = o.cache_every};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

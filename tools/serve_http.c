@@ -438,38 +438,49 @@ static enum MHD_Result metrics(struct MHD_Connection *c, sreq *q) {
             uint64_t v = __atomic_load_n(&s->req_count[e][i], __ATOMIC_RELAXED);
             if (v) epyq_sbuf_printf(&b, "epyq_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", ep_names[e], status_codes[i], (unsigned long long)v);
         }
-    epyq_sbuf_printf(&b,
-                     "# HELP epyq_requests_cancelled_total Requests cancelled because the client went away.\n"
-                     "# TYPE epyq_requests_cancelled_total counter\nepyq_requests_cancelled_total %llu\n"
-                     "# HELP epyq_prompt_tokens_total Prompt tokens run through the model.\n"
-                     "# TYPE epyq_prompt_tokens_total counter\nepyq_prompt_tokens_total %llu\n"
-                     "# HELP epyq_generation_tokens_total Tokens sampled.\n"
-                     "# TYPE epyq_generation_tokens_total counter\nepyq_generation_tokens_total %llu\n"
-                     "# HELP epyq_queue_depth Requests waiting for a sequence slot.\n"
-                     "# TYPE epyq_queue_depth gauge\nepyq_queue_depth %d\n"
-                     "# HELP epyq_requests_running Requests holding a sequence (prefilling or decoding).\n"
-                     "# TYPE epyq_requests_running gauge\nepyq_requests_running %d\n"
-                     "# HELP epyq_streams_open SSE responses being sent.\n"
-                     "# TYPE epyq_streams_open gauge\nepyq_streams_open %llu\n"
-                     "# HELP epyq_prompt_tokens_per_second Prompt tokens per second of forward time.\n"
-                     "# TYPE epyq_prompt_tokens_per_second gauge\nepyq_prompt_tokens_per_second %.3f\n"
-                     "# HELP epyq_decode_tokens_per_second Generated tokens per second of forward time.\n"
-                     "# TYPE epyq_decode_tokens_per_second gauge\nepyq_decode_tokens_per_second %.3f\n"
-                     "# HELP epyq_kv_bytes_in_use Bytes of KV cache and recurrent state the running sequences hold.\n"
-                     "# TYPE epyq_kv_bytes_in_use gauge\nepyq_kv_bytes_in_use %llu\n"
-                     "# HELP epyq_forward_steps_total Batched forward calls.\n"
-                     "# TYPE epyq_forward_steps_total counter\nepyq_forward_steps_total %llu\n"
-                     "# HELP epyq_forward_seconds_total Seconds inside the batched forward calls.\n"
-                     "# TYPE epyq_forward_seconds_total counter\nepyq_forward_seconds_total %.6f\n"
-                     "# HELP epyq_engine_busy_seconds_total Engine-thread seconds admitting, cancelling, stepping (forward included).\n"
-                     "# TYPE epyq_engine_busy_seconds_total counter\nepyq_engine_busy_seconds_total %.6f\n",
-                     (unsigned long long)__atomic_load_n(&s->cancelled, __ATOMIC_RELAXED),
-                     (unsigned long long)rs.eng.prompt_tokens, (unsigned long long)rs.eng.gen_tokens, rs.queued, rs.running,
-                     (unsigned long long)__atomic_load_n(&s->streams_open, __ATOMIC_RELAXED),
-                     rs.eng.prompt_s > 0 ? (double)rs.eng.prompt_tokens / rs.eng.prompt_s : 0.0,
-                     rs.eng.decode_s > 0 ? (double)rs.eng.gen_tokens / rs.eng.decode_s : 0.0,
-                     (unsigned long long)rs.eng.kv_bytes, (unsigned long long)rs.eng.steps,
-                     rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s);
+    epyq_sbuf_printf(
+        &b,
+        "# HELP epyq_requests_cancelled_total Requests cancelled because the client went away.\n"
+        "# TYPE epyq_requests_cancelled_total counter\nepyq_requests_cancelled_total %llu\n"
+        "# HELP epyq_prompt_tokens_total Prompt tokens run through the model.\n"
+        "# TYPE epyq_prompt_tokens_total counter\nepyq_prompt_tokens_total %llu\n"
+        "# HELP epyq_generation_tokens_total Tokens sampled.\n"
+        "# TYPE epyq_generation_tokens_total counter\nepyq_generation_tokens_total %llu\n"
+        "# HELP epyq_queue_depth Requests waiting for a sequence slot.\n"
+        "# TYPE epyq_queue_depth gauge\nepyq_queue_depth %d\n"
+        "# HELP epyq_requests_running Requests holding a sequence (prefilling or decoding).\n"
+        "# TYPE epyq_requests_running gauge\nepyq_requests_running %d\n"
+        "# HELP epyq_streams_open SSE responses being sent.\n"
+        "# TYPE epyq_streams_open gauge\nepyq_streams_open %llu\n"
+        "# HELP epyq_prompt_tokens_per_second Prompt tokens per second of forward time.\n"
+        "# TYPE epyq_prompt_tokens_per_second gauge\nepyq_prompt_tokens_per_second %.3f\n"
+        "# HELP epyq_decode_tokens_per_second Generated tokens per second of forward time.\n"
+        "# TYPE epyq_decode_tokens_per_second gauge\nepyq_decode_tokens_per_second %.3f\n"
+        "# HELP epyq_kv_bytes_in_use Bytes of KV cache and recurrent state the running sequences hold.\n"
+        "# TYPE epyq_kv_bytes_in_use gauge\nepyq_kv_bytes_in_use %llu\n"
+        "# HELP epyq_forward_steps_total Batched forward calls.\n"
+        "# TYPE epyq_forward_steps_total counter\nepyq_forward_steps_total %llu\n"
+        "# HELP epyq_forward_seconds_total Seconds inside the batched forward calls.\n"
+        "# TYPE epyq_forward_seconds_total counter\nepyq_forward_seconds_total %.6f\n"
+        "# HELP epyq_engine_busy_seconds_total Engine-thread seconds admitting, cancelling, stepping (forward included).\n"
+        "# TYPE epyq_engine_busy_seconds_total counter\nepyq_engine_busy_seconds_total %.6f\n"
+        "# HELP epyq_prompt_cached_tokens_total Prompt tokens restored from the prefix cache instead of computed.\n"
+        "# TYPE epyq_prompt_cached_tokens_total counter\nepyq_prompt_cached_tokens_total %llu\n"
+        "# HELP epyq_prefix_cache_bytes Bytes the prefix cache holds (its budget is --cache-mb).\n"
+        "# TYPE epyq_prefix_cache_bytes gauge\nepyq_prefix_cache_bytes %llu\n"
+        "# HELP epyq_prefix_cache_entries Prompt-state copies the prefix cache holds.\n"
+        "# TYPE epyq_prefix_cache_entries gauge\nepyq_prefix_cache_entries %llu\n"
+        "# HELP epyq_prefix_cache_evictions_total Copies dropped to stay within --cache-mb.\n"
+        "# TYPE epyq_prefix_cache_evictions_total counter\nepyq_prefix_cache_evictions_total %llu\n",
+        (unsigned long long)__atomic_load_n(&s->cancelled, __ATOMIC_RELAXED),
+        (unsigned long long)rs.eng.prompt_tokens, (unsigned long long)rs.eng.gen_tokens, rs.queued,
+        rs.running, (unsigned long long)__atomic_load_n(&s->streams_open, __ATOMIC_RELAXED),
+        rs.eng.prompt_s > 0 ? (double)rs.eng.prompt_tokens / rs.eng.prompt_s : 0.0,
+        rs.eng.decode_s > 0 ? (double)rs.eng.gen_tokens / rs.eng.decode_s : 0.0,
+        (unsigned long long)rs.eng.kv_bytes, (unsigned long long)rs.eng.steps,
+        rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s, (unsigned long long)rs.eng.cached_tokens,
+        (unsigned long long)rs.eng.cache_bytes, (unsigned long long)rs.eng.cache_entries,
+        (unsigned long long)rs.eng.cache_evicted);
     enum MHD_Result r = b.p ? send_text(c, q, 200, "text/plain; version=0.0.4", b.p, NULL) : MHD_NO;
     epyq_sbuf_free(&b);
     return r;
@@ -552,10 +563,13 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         epyq_engine_usage u = q->usage;
         const char *fr = fin ? epyq_engine_finish_name(q->finish) : q->submitted ? "client_gone" : "none";
         pthread_mutex_unlock(&q->mu);
-        fprintf(stderr, "{\"event\":\"request\",\"endpoint\":\"%s\",\"status\":%d,\"stream\":%s,\"prompt_tokens\":%d,"
-                        "\"completion_tokens\":%d,\"finish\":\"%s\",\"completed\":%s,\"ms\":%.1f}\n",
-                ep_names[q->ep], q->status, q->req.stream ? "true" : "false", u.n_prompt, u.n_gen, fr,
-                toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false", 1e3 * (epyq_now() - q->t0));
+        fprintf(
+            stderr,
+            "{\"event\":\"request\",\"endpoint\":\"%s\",\"status\":%d,\"stream\":%s,\"prompt_tokens\":%d,"
+            "\"cached_tokens\":%d,\"completion_tokens\":%d,\"finish\":\"%s\",\"completed\":%s,\"ms\":%.1f}\n",
+            ep_names[q->ep], q->status, q->req.stream ? "true" : "false", u.n_prompt, u.n_cached,
+            u.n_gen, fr, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "true" : "false",
+            1e3 * (epyq_now() - q->t0));
     }
     if (q->submitted) {
         pthread_mutex_lock(&q->mu);

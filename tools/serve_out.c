@@ -266,6 +266,9 @@ static cJSON *usage_json(const epyq_engine_usage *u) {
     cJSON_AddNumberToObject(us, "prompt_tokens", u->n_prompt);
     cJSON_AddNumberToObject(us, "completion_tokens", u->n_gen);
     cJSON_AddNumberToObject(us, "total_tokens", u->n_prompt + u->n_gen);
+    cJSON *ptd = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ptd, "cached_tokens", u->n_cached);
+    cJSON_AddItemToObject(us, "prompt_tokens_details", ptd);
     return us;
 }
 

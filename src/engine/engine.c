@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "engine/prefix.h"
 #include "tok/reasoning.h"
 #include "tok/sbuf.h"
 
@@ -21,6 +22,10 @@ typedef struct {
     int32_t max_new, n_gen, last_tok;
     int32_t logprobs;
     bool prompt_lp, ignore_eos, done;
+    bool looked;      /* the prefix cache was consulted (or does not apply) */
+    bool in_step;     /* this step carries prompt tokens of it */
+    int32_t n_cached; /* prompt tokens restored from the cache */
+    size_t extra_cp;  /* one more checkpoint a waiting request asked for (0: none) */
     epyq_seq *seq;
     epyq_sampler *smp;
     epyq_tok_stream *ts;
@@ -39,6 +44,7 @@ struct epyq_engine {
     int32_t n_run;
     uint64_t next_id;
     epyq_engine_stats st;
+    epyq_prefix *cache; /* NULL: prefix reuse off */
 };
 
 const char *epyq_engine_finish_name(epyq_engine_finish f) {
@@ -66,6 +72,14 @@ epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok 
     }
     e->m = m, e->tok = tok, e->cfg = epyq_model_config(m), e->o = *opts;
     e->next_id = 1;
+    if (opts->cache_bytes > 0) {
+        if (e->o.cache_every <= 0) e->o.cache_every = 256;
+        epyq_status st = epyq_prefix_create(&e->cache, opts->cache_bytes, err);
+        if (st != EPYQ_OK) {
+            free(e->run), free(e);
+            return st;
+        }
+    }
     *out = e;
     return EPYQ_OK;
 }
@@ -84,6 +98,7 @@ static void req_free(req *r) {
 void epyq_engine_free(epyq_engine *e) {
     if (!e) return;
     for (int32_t i = 0; i < e->n_run; i++) req_free(e->run[i]);
+    epyq_prefix_free(e->cache);
     free(e->run);
     free(e);
 }
@@ -96,6 +111,12 @@ void epyq_engine_get_stats(const epyq_engine *e, epyq_engine_stats *st) {
     st->kv_bytes = 0;
     for (int32_t i = 0; i < e->n_run; i++)
         if (e->run[i]->seq) st->kv_bytes += epyq_seq_bytes(e->run[i]->seq);
+    if (e->cache) {
+        epyq_prefix_stats ps;
+        epyq_prefix_get_stats(e->cache, &ps);
+        st->cache_bytes = ps.bytes, st->cache_budget = ps.budget;
+        st->cache_entries = ps.entries, st->cache_evicted = ps.evicted;
+    }
 }
 
 epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
@@ -160,7 +181,7 @@ static void finish(epyq_engine *e, req *r, epyq_engine_finish f, bool flush, con
         free(rest);
         if (r->held.len) emit(r, false, -1, r->held.p, r->held.len, NULL);
     }
-    epyq_engine_usage u = {(int32_t)r->n_ids, r->n_gen};
+    epyq_engine_usage u = {(int32_t)r->n_ids, r->n_gen, r->n_cached};
     if (r->cb.on_done) r->cb.on_done(r->cb.ctx, f, &u, err);
     epyq_seq_free(r->seq);
     epyq_sampler_free(r->smp);
@@ -262,6 +283,69 @@ static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *
     return EPYQ_OK;
 }
 
+/* ---- prefix reuse (engine.h: cache_bytes) */
+
+static bool uses_cache(const epyq_engine *e, const req *r) { return e->cache && !r->prompt_lp; }
+
+static size_t common_prefix(const req *a, const req *b) {
+    size_t n = a->n_ids < b->n_ids ? a->n_ids : b->n_ids, k = 0;
+    while (k < n && a->ids[k] == b->ids[k]) k++;
+    return k;
+}
+
+/* First step that could carry run[i]'s prompt: restore the longest cached prefix (all but the
+ * last prompt token at most) — unless a request admitted before it, still prefilling, is about
+ * to produce a longer shared checkpoint; then false: it waits (that one never waits on it, so
+ * the oldest prefilling request always moves). Where the shared part ends between two
+ * multiples of cache_every (a system prompt, then each request's own text), the earlier
+ * request is asked for one extra copy exactly there, so the waiting ones compute only their
+ * own text; one such request at a time, and only ahead of where that request stands. */
+static bool cache_admit(epyq_engine *e, int32_t i) {
+    req *r = e->run[i];
+    if (!uses_cache(e, r)) {
+        r->looked = true;
+        return true;
+    }
+    int32_t max_len = (int32_t)r->n_ids - 1,
+            have = epyq_prefix_longest(e->cache, r->ids, r->n_ids, max_len);
+    size_t every = (size_t)e->o.cache_every;
+    /* o's sequence position, not o->fed: tokens gathered for this very step are not in its
+     * state (nor in a copy) until the forward call ran */
+    for (int32_t j = 0; j < i; j++) {
+        req *o = e->run[j];
+        if (o->done || (size_t)epyq_seq_pos(o->seq) >= o->n_ids || !uses_cache(e, o)) continue;
+        size_t l = common_prefix(r, o), target;
+        if (l > (size_t)max_len) l = (size_t)max_len;
+        /* o's checkpoints inside the shared part: multiples of every, and o's prompt end */
+        target = l == o->n_ids ? l : l / every * every;
+        size_t at = (size_t)epyq_seq_pos(o->seq);
+        if (l > target && l > at && l >= o->fed && l >= every &&
+            (o->extra_cp <= at || o->extra_cp == l))
+            o->extra_cp = target = l;
+        else if (o->extra_cp == l && l > at)
+            target = l;
+        if (target > (size_t)have && (size_t)epyq_seq_pos(o->seq) < target) return false;
+    }
+    r->looked = true;
+    r->n_cached = epyq_prefix_restore(e->cache, r->ids, r->n_ids, max_len, r->seq);
+    r->fed = (size_t)r->n_cached;
+    e->st.cached_tokens += (uint64_t)r->n_cached;
+    return true;
+}
+
+/* After a forward call: copy the state of every request whose prompt now stands at a
+ * checkpoint. A copy that cannot be made (no memory) only costs later reuse. */
+static void cache_checkpoints(epyq_engine *e) {
+    for (int32_t i = 0; i < e->n_run; i++) {
+        req *r = e->run[i];
+        if (!r->in_step || !uses_cache(e, r)) continue;
+        if (r->fed % (size_t)e->o.cache_every && r->fed != r->n_ids && r->fed != r->extra_cp)
+            continue;
+        epyq_err err;
+        (void)epyq_prefix_insert(e->cache, r->ids, r->fed, r->seq, &err);
+    }
+}
+
 epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     if (e->n_run == 0) return EPYQ_OK;
     size_t cap = (size_t)e->o.chunk + (size_t)e->o.max_seqs;
@@ -276,10 +360,19 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     size_t n = 0, n_want = 0, n_prompt = 0, budget = (size_t)e->o.chunk;
     for (int32_t i = 0; st == EPYQ_OK && i < e->n_run; i++) {
         req *r = e->run[i];
+        r->in_step = false;
         if (r->fed < r->n_ids) {
             if (budget == 0) continue; /* its prompt continues next step */
+            if (!r->looked && !cache_admit(e, i)) continue; /* waits for an earlier one's copy */
+            if (r->fed >= r->n_ids) continue;
             size_t take = r->n_ids - r->fed < budget ? r->n_ids - r->fed : budget;
             if (r->prompt_lp && take > PROMPT_LP_CHUNK) take = PROMPT_LP_CHUNK;
+            if (uses_cache(e, r)) { /* end the chunk at the next checkpoint */
+                size_t every = (size_t)e->o.cache_every, next = (r->fed / every + 1) * every;
+                if (r->extra_cp > r->fed && r->extra_cp < next) next = r->extra_cp;
+                if (r->fed + take > next) take = next - r->fed;
+            }
+            r->in_step = true;
             for (size_t k = 0; k < take; k++) {
                 seqs[n] = r->seq, toks[n] = r->ids[r->fed + k], owner[n] = r, pidx[n] = (int64_t)(r->fed + k);
                 want[n] = r->prompt_lp, n_want += r->prompt_lp, n++;
@@ -306,6 +399,7 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
         e->st.decode_s += dt * (double)(n - n_prompt) / (double)n;
         e->st.prompt_tokens += n_prompt;
         e->st.steps++;
+        if (st == EPYQ_OK) cache_checkpoints(e);
     }
     if (st != EPYQ_OK) {
         /* the forward call changed nothing; every request it carried cannot go on */

@@ -7,7 +7,9 @@
  * tokens over all of them) and one decode token of every other request. Each request has its
  * own sampler, its own stop rules (eos ids, stop strings, max_tokens, the context limit) and
  * its own streaming detokenizer; its tokens depend only on its prompt and parameters, never on
- * which requests share its steps (the model's batch-independence, src/model/model.h). A
+ * which requests share its steps (the model's batch-independence, src/model/model.h), nor on
+ * whether its prompt prefix was restored from the prefix cache (opts.cache_bytes; a request may
+ * then wait a few steps for an earlier one's copy, or start past the copied prefix). A
  * request's events arrive through its callbacks, on the thread that calls step: text that
  * became final (stop strings are held back until they can no longer start), the token and,
  * when asked for, its log-probabilities; then exactly one on_done. epyq_engine_cancel() ends a
@@ -36,6 +38,17 @@ typedef struct {
     int32_t chunk;     /* prompt tokens per forward call over all requests */
     int32_t ctx_limit; /* per request: prompt + generated tokens */
     epyq_kv_type kv;
+    /* Prefix reuse (src/engine/prefix.h): 0 = off. Otherwise the prompt state is copied at
+     * every multiple of cache_every tokens (prompt chunks are cut there) and at the end of each
+     * prompt, kept under cache_bytes (LRU); a request starts from the longest cached prefix of
+     * its prompt (at most all but its last token, whose logits it needs) and feeds the rest.
+     * A request whose prompt shares at least cache_every tokens with one admitted before it and
+     * still prefilling waits for that one's copy instead of computing the same prefix beside it
+     * (that one also copies its state where their shared part ends, off the cache_every grid).
+     * Requests with prompt_logprobs neither use nor fill the cache (they need every row's
+     * logits). Outputs are the same bits with the cache on or off (tests/unit/test_prefix.c). */
+    uint64_t cache_bytes;
+    int32_t cache_every; /* <= 0 with cache_bytes > 0: 256 */
 } epyq_engine_opts;
 
 typedef enum {
@@ -70,6 +83,7 @@ typedef struct {
 
 typedef struct {
     int32_t n_prompt, n_gen;
+    int32_t n_cached; /* prompt tokens restored from the prefix cache, not computed */
 } epyq_engine_usage;
 
 typedef struct {
@@ -115,6 +129,10 @@ int32_t epyq_engine_free_slots(const epyq_engine *e);
 
 typedef struct {
     uint64_t prompt_tokens, gen_tokens;  /* totals fed / sampled */
+    uint64_t cached_tokens;              /* prompt tokens restored from the prefix cache */
+    /* the prefix cache now (all 0 when off): bytes held and allowed, entries, and totals of
+     * entries evicted to stay in the budget */
+    uint64_t cache_bytes, cache_budget, cache_entries, cache_evicted;
     /* forward seconds, each step's split over its prompt and decode tokens by their counts */
     double prompt_s, decode_s;
     uint64_t kv_bytes;                   /* held by the running requests' sequences now */

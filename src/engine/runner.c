@@ -121,7 +121,7 @@ static void *thread_main(void *arg) {
         while (dropped) {
             rjob *j = dropped;
             dropped = j->next;
-            epyq_engine_usage u = {(int32_t)j->n_ids, 0};
+            epyq_engine_usage u = {(int32_t)j->n_ids, 0, 0};
             if (j->cb.on_done) j->cb.on_done(j->cb.ctx, EPYQ_ENGINE_CANCELLED, &u, NULL);
             job_free(j);
         }
@@ -132,7 +132,7 @@ static void *thread_main(void *arg) {
         for (rjob *j = admit, *nx; j; j = nx) {
             nx = j->anext; /* w_done frees j */
             const epyq_engine_cb cb = {w_event, w_done, j};
-            epyq_engine_usage u = {(int32_t)j->n_ids, 0};
+            epyq_engine_usage u = {(int32_t)j->n_ids, 0, 0};
             epyq_err err = {0};
             uint64_t id = 0;
             pthread_mutex_lock(&r->mu);

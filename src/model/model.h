@@ -138,6 +138,22 @@ uint64_t epyq_seq_bytes(const epyq_seq *s);
  * (may be NULL) gets the KV cache's share. */
 uint64_t epyq_model_seq_bytes(const epyq_model *m, int32_t n_ctx, epyq_kv_type kv, uint64_t *kv_bytes);
 
+/* Prefix reuse (src/model/seq_state.c): a copy of a sequence at its current position —
+ * position, KV rows [0, pos) of every attention layer (the MTP layer's too), DeltaNet conv and
+ * fp32 recurrent states — in one in-memory buffer of epyq_seq_snapshot_size(s, pos) bytes.
+ * Restoring it into any sequence of the same model and KV type with n_ctx >= pos puts that
+ * sequence exactly where the copied one stood: feeding both the same tokens gives the same
+ * logits bit for bit (tests/unit/test_seq_state.c). Real model shape: 62.9 MB of recurrent
+ * state + 2.9 MB of conv state + 22.5 KB of bf16 KV per position (10 attention layers + MTP). */
+uint64_t epyq_seq_snapshot_size(const epyq_seq *s, int32_t pos);
+/* Writes epyq_seq_snapshot_size(s, epyq_seq_pos(s)) bytes to buf and returns that count. */
+uint64_t epyq_seq_snapshot(const epyq_seq *s, void *buf);
+/* The position a snapshot was taken at (-1: not a snapshot). */
+int32_t epyq_seq_snapshot_pos(const void *buf);
+/* Refused (nothing changed) for another model or KV type, pos > n_ctx or a wrong length. Any
+ * speculative verification in progress ends (spec_n = 0). */
+epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err);
+
 /* A batch: token i belongs to seq[i] and sits at that sequence's next position; tokens of one
  * sequence appear in order (others may be interleaved between them). */
 typedef struct {

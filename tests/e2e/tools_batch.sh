@@ -63,4 +63,27 @@ expect 0 "--resume" "$EPYQ" $B -i "$T/big.jsonl" -o "$T/part.jsonl" --resume
 cmp "$T/full.jsonl" "$T/part.jsonl" && ok "resumed output is byte-identical" || fail "resumed output differs"
 expect 0 "--resume of a complete file" "$EPYQ" $B -i "$T/big.jsonl" -o "$T/part.jsonl" --resume
 cmp -s "$T/full.jsonl" "$T/part.jsonl" || fail "second --resume changed the file"
+
+# Prefix reuse: requests sharing a long system prompt compute it once; the records equal those
+# of --cache-mb 0 except usage.prompt_tokens_details.cached_tokens, which says what was reused.
+sys=$(printf 'rule %d, ' $(seq 1 60))
+i=0
+while [ $i -lt 10 ]; do
+    printf '{"custom_id":"p%d","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"system","content":"%s"},{"role":"user","content":"question %d"}],"max_completion_tokens":6,"seed":%d}}\n' $i "$sys" $i $i
+    i=$((i + 1))
+done >"$T/shared.jsonl"
+B="batch -m $M -t 1 -c 1024 --max-batch 4 --cache-every 32"
+expect 0 "shared prefix, cache off" "$EPYQ" $B --cache-mb 0 -i "$T/shared.jsonl" -o "$T/nocache.jsonl"
+expect 0 "shared prefix, cache on" "$EPYQ" $B -i "$T/shared.jsonl" -o "$T/cache.jsonl"
+grep -q 'cached [1-9]' "$T/err" || fail "the summary reports no cached prompt tokens: $(tail -1 "$T/err")"
+jq -e -s 'all(.[]; .response.body.usage.prompt_tokens_details.cached_tokens == 0)' "$T/nocache.jsonl" >/dev/null ||
+    fail "cached_tokens with --cache-mb 0"
+jq -e -s '(.[0].response.body.usage.prompt_tokens_details.cached_tokens == 0) and
+  all(.[1:][]; .response.body.usage.prompt_tokens_details.cached_tokens >= 32 and
+      .response.body.usage.prompt_tokens_details.cached_tokens < .response.body.usage.prompt_tokens)' \
+    "$T/cache.jsonl" >/dev/null && ok "usage.prompt_tokens_details.cached_tokens" ||
+    { fail "cached_tokens"; jq -c '.response.body.usage' "$T/cache.jsonl"; }
+strip='del(.[].response.body.usage.prompt_tokens_details)'
+[ "$(jq -c -s "$strip" "$T/cache.jsonl")" = "$(jq -c -s "$strip" "$T/nocache.jsonl")" ] &&
+    ok "records with the cache equal those without" || fail "the prefix cache changed the outputs"
 finish

@@ -64,6 +64,15 @@ s=$(post /v1/chat/completions "{$HI,\"max_tokens\":2,\"tools\":[{\"type\":\"func
 post /v1/chat/completions "{$HI,\"max_tokens\":2,\"chat_template_kwargs\":{\"enable_thinking\":false}}" >/dev/null
 [ "$(jq .usage.prompt_tokens "$T/body")" -gt "$n0" ] && ok "enable_thinking false (closed think block in the prompt)" || fail "enable_thinking"
 
+# Prefix reuse: the same long prompt again (plus a word) starts from the first one's copy.
+long=$(printf 'rule %d, ' $(seq 1 150))
+post /v1/completions "{\"prompt\":\"$long\",\"max_tokens\":4,\"temperature\":0}" >/dev/null
+c0=$(jq .usage.prompt_tokens_details.cached_tokens "$T/body")
+post /v1/completions "{\"prompt\":\"$long end\",\"max_tokens\":4,\"temperature\":0}" >/dev/null
+c1=$(jq .usage.prompt_tokens_details.cached_tokens "$T/body")
+[ "$c0" = 0 ] && [ "$c1" -ge 256 ] && ok "usage.prompt_tokens_details.cached_tokens ($c0, then $c1)" ||
+    fail "cached_tokens: $c0 then $c1: $(jq -c .usage "$T/body")"
+
 # Stop strings: cut at the first occurrence, finish_reason stop, the string itself dropped.
 post /v1/completions '{"prompt":"Story:","max_tokens":40,"temperature":0}' >/dev/null
 full=$(jq -r '.choices[0].text' "$T/body")
@@ -157,10 +166,13 @@ s=$(curl -s -m 30 -o "$T/body" -w '%{http_code}' -H 'Content-Type: application/j
 
 curl -s -m 10 "$URL/metrics" >"$T/metrics"
 for k in epyq_requests_total epyq_prompt_tokens_total epyq_generation_tokens_total epyq_queue_depth \
-    epyq_prompt_tokens_per_second epyq_decode_tokens_per_second epyq_kv_bytes_in_use; do
+    epyq_prompt_tokens_per_second epyq_decode_tokens_per_second epyq_kv_bytes_in_use \
+    epyq_prompt_cached_tokens_total epyq_prefix_cache_bytes epyq_prefix_cache_entries epyq_prefix_cache_evictions_total; do
     grep -q "^$k" "$T/metrics" || fail "metrics: no $k"
 done
 grep -q '^epyq_requests_total{endpoint="/v1/chat/completions",status="400"}' "$T/metrics" && ok "metrics" || fail "metrics: no 400 count"
+[ "$(sed -n 's/^epyq_prompt_cached_tokens_total //p' "$T/metrics")" -ge 256 ] && ok "metrics: cached prompt tokens" ||
+    fail "metrics: epyq_prompt_cached_tokens_total"
 stop_server $MAIN
 [ "$RC" = 0 ] && ok "SIGTERM when idle: exit 0" || fail "SIGTERM when idle: exit $RC"
 

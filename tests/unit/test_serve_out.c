@@ -41,7 +41,7 @@ static void check_call(const cJSON *calls) {
 START_TEST(test_split_points) {
     size_t n = strlen(OUT), cut = (size_t)_i % n;
     cJSON *t = tools();
-    const epyq_engine_usage u = {12, 40};
+    const epyq_engine_usage u = {12, 40, 0};
     epyq_err err = {0};
     /* non-streaming, output pushed in two pieces cut at `cut` */
     epyq_serve_out o;
@@ -115,7 +115,7 @@ END_TEST
 
 START_TEST(test_length_and_plain) {
     cJSON *t = tools();
-    const epyq_engine_usage u = {3, 5};
+    const epyq_engine_usage u = {3, 5, 0};
     epyq_err err = {0};
     epyq_serve_out o;
     char *body = NULL;

@@ -1,0 +1,114 @@
+/* src/model/seq_state.c — copies of a sequence's state at its current position (prefix
+ * reuse, src/engine/prefix.c): the DeltaNet recurrent and conv states cannot be rewound the
+ * way a KV cache can, so a prompt prefix is only reusable from a copy taken when the sequence
+ * stood exactly at its end.
+ *
+ * Layout of a snapshot (native, in memory only; never written to disk):
+ *   header | K rows [n_kv_layers][pos][nkv*hd] | V rows (same) | conv [n_gdn][Kc-1][conv_dim]
+ *   | S [n_gdn][Hv][Dk][Dv]
+ * Only KV rows [0, pos) are kept: rows past the position are never read before they are
+ * written again. The MTP layer's rows (when the model has one) are copied like the trunk's,
+ * so a restored sequence can draft from the same MTP cache it would have had. */
+#include <string.h>
+
+#include "model/model_impl.h"
+
+#define SNAP_MAGIC 0x70616e73u /* "snap" */
+
+typedef struct {
+    uint32_t magic;
+    int32_t pos, n_kv_layers, kv;
+    uint64_t kv_row, conv_f, state_f, total; /* bytes per KV row, floats of conv and S */
+    const void *model;                       /* the model it was taken from */
+} snap_hdr;
+
+/* Header rounded up so the arrays after it stay 8-byte aligned. */
+#define HDR_BYTES ((sizeof(snap_hdr) + 63) & ~(size_t)63)
+
+static uint64_t conv_floats(const epyq_model *m) {
+    return (uint64_t)m->n_gdn * (uint64_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1) * (uint64_t)m->conv_dim;
+}
+static uint64_t state_floats(const epyq_model *m) {
+    return (uint64_t)m->n_gdn * (uint64_t)m->Hv * (uint64_t)m->Dk * (uint64_t)m->Dv;
+}
+static uint64_t kv_row_bytes(const epyq_seq *s) {
+    return (uint64_t)s->m->nkv * (uint64_t)s->m->hd * s->kv_elem;
+}
+
+uint64_t epyq_seq_snapshot_size(const epyq_seq *s, int32_t pos) {
+    const epyq_model *m = s->m;
+    if (pos < 0) pos = 0;
+    return HDR_BYTES + 2ull * (uint64_t)s->n_kv_layers * (uint64_t)pos * kv_row_bytes(s) +
+           (conv_floats(m) + state_floats(m)) * sizeof(float);
+}
+
+uint64_t epyq_seq_snapshot(const epyq_seq *s, void *buf) {
+    const epyq_model *m = s->m;
+    snap_hdr h = {SNAP_MAGIC,
+                  s->pos,
+                  s->n_kv_layers,
+                  (int32_t)s->kv,
+                  kv_row_bytes(s),
+                  conv_floats(m),
+                  state_floats(m),
+                  epyq_seq_snapshot_size(s, s->pos),
+                  m};
+    uint8_t *p = buf;
+    memset(p, 0, HDR_BYTES);
+    memcpy(p, &h, sizeof h);
+    p += HDR_BYTES;
+    size_t rows = (size_t)s->pos * h.kv_row, plane = (size_t)s->n_ctx * h.kv_row;
+    for (int pass = 0; pass < 2; pass++) {
+        const uint8_t *src = pass ? s->v : s->k;
+        for (int32_t l = 0; l < s->n_kv_layers && rows; l++, p += rows)
+            memcpy(p, src + (size_t)l * plane, rows);
+    }
+    if (h.conv_f) memcpy(p, s->conv, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
+    if (h.state_f) memcpy(p, s->S, h.state_f * sizeof(float));
+    return h.total;
+}
+
+int32_t epyq_seq_snapshot_pos(const void *buf) {
+    snap_hdr h;
+    memcpy(&h, buf, sizeof h);
+    return h.magic == SNAP_MAGIC ? h.pos : -1;
+}
+
+epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err) {
+    const epyq_model *m = s->m;
+    snap_hdr h;
+    if (len < HDR_BYTES)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "state snapshot of %llu bytes: expected at least a %zu-byte header",
+                            (unsigned long long)len, (size_t)HDR_BYTES);
+    memcpy(&h, buf, sizeof h);
+    if (h.magic != SNAP_MAGIC)
+        return epyq_err_set(err, EPYQ_E_ARG, "state snapshot: bad magic 0x%08x", h.magic);
+    if (h.model != (const void *)m || h.n_kv_layers != s->n_kv_layers || h.kv != (int32_t)s->kv ||
+        h.kv_row != kv_row_bytes(s) || h.conv_f != conv_floats(m) || h.state_f != state_floats(m))
+        return epyq_err_set(
+            err, EPYQ_E_ARG,
+            "state snapshot: taken from another model or KV type (%d KV layers, kv %d; "
+            "this sequence has %d, kv %d)",
+            h.n_kv_layers, h.kv, s->n_kv_layers, (int)s->kv);
+    if (h.pos < 0 || h.pos > s->n_ctx)
+        return epyq_err_set(err, EPYQ_E_CTX_FULL,
+                            "state snapshot at position %d: the sequence holds %d positions", h.pos,
+                            s->n_ctx);
+    if (len != h.total || h.total != epyq_seq_snapshot_size(s, h.pos))
+        return epyq_err_set(
+            err, EPYQ_E_ARG, "state snapshot at position %d: %llu bytes, expected %llu", h.pos,
+            (unsigned long long)len, (unsigned long long)epyq_seq_snapshot_size(s, h.pos));
+    const uint8_t *p = (const uint8_t *)buf + HDR_BYTES;
+    size_t rows = (size_t)h.pos * h.kv_row, plane = (size_t)s->n_ctx * h.kv_row;
+    for (int pass = 0; pass < 2; pass++) {
+        uint8_t *dst = pass ? s->v : s->k;
+        for (int32_t l = 0; l < s->n_kv_layers && rows; l++, p += rows)
+            memcpy(dst + (size_t)l * plane, p, rows);
+    }
+    if (h.conv_f) memcpy(s->conv, p, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
+    if (h.state_f) memcpy(s->S, p, h.state_f * sizeof(float));
+    s->pos = h.pos;
+    s->spec_n = 0; /* a speculation in progress belonged to the state just replaced */
+    return EPYQ_OK;
+}
