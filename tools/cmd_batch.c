@@ -84,45 +84,61 @@ struct batch {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq batch (-m DIR | --synthetic SPEC) -i in.jsonl -o out.jsonl [options]\n"
-            "\n"
-            "Input lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" |\n"
-            "\"/v1/completions\", \"body\": {messages | prompt, max_tokens, temperature, top_p, top_k,\n"
-            "min_p, presence_penalty, repetition_penalty, seed, chat_template_kwargs}} or {\"prompt\": ...}.\n"
-            "Output lines (input order): {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\",\n"
-            "\"body\"}, \"error\"}. Bad lines get an error record and the job goes on.\n"
-            "\n"
-            "  -m, --model DIR       checkpoint folder (with tokenizer files)\n"
-            "  --synthetic SPEC      generated model, e.g. tiny:ct\n"
-            "  -i, --input FILE      requests, one JSON object per line\n"
-            "  -o, --output FILE     results (appended with --resume)\n"
-            "  --max-batch N         requests decoded together (default 8)\n"
-            "  -c, --ctx-size N      per-request context limit (default 4096, at most the model's)\n"
-            "  --chunk N             prompt tokens per forward call over all requests (default 512)\n"
-            "  --cache-mb N          prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
-            "  --cache-every N       copy the prompt state every N tokens and at its end (default 256)\n"
-            "  --resume              skip custom_ids already in the output, append the rest\n"
-            "  -t, --threads N       threads (default: all allowed CPUs)\n"
-            "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
-            "%s"
-            "  -h, --help            this text\n"
-            "\n"
-            "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
-            "results are on disk; rerun with --resume), 1 fatal error.\n",
-            epyq_tool_rt_help);
+    fprintf(
+        f,
+        "usage: epyq batch (-m DIR | --synthetic SPEC) -i in.jsonl -o out.jsonl [options]\n"
+        "\n"
+        "Input lines: {\"custom_id\", \"method\": \"POST\", \"url\": \"/v1/chat/completions\" |\n"
+        "\"/v1/completions\", \"body\": {messages | prompt, max_tokens, temperature, top_p, top_k,\n"
+        "min_p, presence_penalty, repetition_penalty, seed, chat_template_kwargs}} or {\"prompt\": ...}.\n"
+        "Output lines (input order): {\"id\", \"custom_id\", \"response\": {\"status_code\", \"request_id\",\n"
+        "\"body\"}, \"error\"}. Bad lines get an error record and the job goes on.\n"
+        "\n"
+        "  -m, --model DIR       checkpoint folder (with tokenizer files)\n"
+        "  --synthetic SPEC      generated model, e.g. tiny:ct\n"
+        "  -i, --input FILE      requests, one JSON object per line\n"
+        "  -o, --output FILE     results (appended with --resume)\n"
+        "  --max-batch N         requests decoded together (default 8)\n"
+        "  -c, --ctx-size N      per-request context limit (default 4096, at most the model's)\n"
+        "  --chunk N             prompt tokens per forward call over all requests (default 512)\n"
+        "  --cache-mb N          prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
+        "  --cache-every N       copy the prompt state every N tokens and at its end (default 256)\n"
+        "  --resume              skip custom_ids already in the output, append the rest\n"
+        "  -t, --threads N       threads (default: all allowed CPUs)\n"
+        "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
+        "%s"
+        "  -h, --help            this text\n"
+        "\n"
+        "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
+        "results are on disk; rerun with --resume), 1 fatal error.\n",
+        epyq_tool_rt_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { OPT_SYN = 256, OPT_MAXB, OPT_RESUME, OPT_PATH, OPT_CHUNK, OPT_CACHE_MB, OPT_CACHE_EVERY };
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},   {"synthetic", required_argument, 0, OPT_SYN},
-        {"input", required_argument, 0, 'i'},   {"output", required_argument, 0, 'o'},
-        {"max-batch", required_argument, 0, OPT_MAXB}, {"ctx-size", required_argument, 0, 'c'},
-        {"chunk", required_argument, 0, OPT_CHUNK}, {"resume", no_argument, 0, OPT_RESUME},
-        {"threads", required_argument, 0, 't'}, {"path", required_argument, 0, OPT_PATH},
-        {"cache-mb", required_argument, 0, OPT_CACHE_MB}, {"cache-every", required_argument, 0, OPT_CACHE_EVERY},
-        {"help", no_argument, 0, 'h'},          EPYQ_TOOL_RT_LONGOPTS, {0, 0, 0, 0}};
+    enum {
+        OPT_SYN = 256,
+        OPT_MAXB,
+        OPT_RESUME,
+        OPT_PATH,
+        OPT_CHUNK,
+        OPT_CACHE_MB,
+        OPT_CACHE_EVERY
+    };
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"synthetic", required_argument, 0, OPT_SYN},
+                                       {"input", required_argument, 0, 'i'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"max-batch", required_argument, 0, OPT_MAXB},
+                                       {"ctx-size", required_argument, 0, 'c'},
+                                       {"chunk", required_argument, 0, OPT_CHUNK},
+                                       {"resume", no_argument, 0, OPT_RESUME},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"path", required_argument, 0, OPT_PATH},
+                                       {"cache-mb", required_argument, 0, OPT_CACHE_MB},
+                                       {"cache-every", required_argument, 0, OPT_CACHE_EVERY},
+                                       {"help", no_argument, 0, 'h'},
+                                       EPYQ_TOOL_RT_LONGOPTS,
+                                       {0, 0, 0, 0}};
     o->max_batch = 8;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->ctx = 4096;
@@ -150,9 +166,11 @@ static int parse(int argc, char **argv, opts *o) {
             *(c == OPT_MAXB ? &o->max_batch : c == 'c' ? &o->ctx : c == 't' ? &o->threads : &o->chunk) = (int)v;
             break;
         }
-        case OPT_CACHE_MB: case OPT_CACHE_EVERY: {
+        case OPT_CACHE_MB:
+        case OPT_CACHE_EVERY: {
             long v;
-            if (epyq_tool_opt_long("epyq batch", optarg, c == OPT_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+            if (epyq_tool_opt_long("epyq batch", optarg, c == OPT_CACHE_MB ? 0 : 1, 1 << 24, &v))
+                return 2;
             *(c == OPT_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         }
@@ -367,10 +385,12 @@ static void progress(batch *b, bool final) {
     fprintf(stderr, "%sbatch: %zu/%zu done, %zu failed, %.1f tokens/s, elapsed %.0fs, ETA %.0fs%s",
             tty ? "\r" : "", b->n_done, b->n_todo, b->n_failed, rate, el, eta, tty && !final ? "   " : "\n");
     if (final)
-        fprintf(stderr, "batch: prompt tokens computed %llu, cached %llu; prefix cache %llu entries, %.1f of %.0f MB, %llu evicted\n",
-                (unsigned long long)es.prompt_tokens, (unsigned long long)es.cached_tokens,
-                (unsigned long long)es.cache_entries, (double)es.cache_bytes / 1048576.0,
-                (double)es.cache_budget / 1048576.0, (unsigned long long)es.cache_evicted);
+        fprintf(
+            stderr,
+            "batch: prompt tokens computed %llu, cached %llu; prefix cache %llu entries, %.1f of %.0f MB, %llu evicted\n",
+            (unsigned long long)es.prompt_tokens, (unsigned long long)es.cached_tokens,
+            (unsigned long long)es.cache_entries, (double)es.cache_bytes / 1048576.0,
+            (double)es.cache_budget / 1048576.0, (unsigned long long)es.cache_evicted);
 }
 
 /* --resume: truncate a partial last line, return the custom_ids already written. */
@@ -493,8 +513,12 @@ int epyq_cmd_batch(int argc, char **argv) {
         const char *base = strrchr(dir, '/');
         snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
         epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it can hold */
-        const epyq_engine_opts eo = {.max_seqs = o.max_batch, .chunk = o.chunk, .ctx_limit = b.ctx_limit, .kv = o.rt.kv,
-                                     .cache_bytes = (uint64_t)o.cache_mb << 20, .cache_every = o.cache_every};
+        const epyq_engine_opts eo = {.max_seqs = o.max_batch,
+                                     .chunk = o.chunk,
+                                     .ctx_limit = b.ctx_limit,
+                                     .kv = o.rt.kv,
+                                     .cache_bytes = (uint64_t)o.cache_mb << 20,
+                                     .cache_every = o.cache_every};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
     if (st == EPYQ_OK) {

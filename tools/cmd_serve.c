@@ -136,8 +136,10 @@ static int parse(int argc, char **argv, opts *o) {
               : c == O_CHUNK ? &o->chunk : &o->max_conn) = (int)v;
             if (c == 'c') o->ctx_set = true;
             break;
-        case O_CACHE_MB: case O_CACHE_EVERY:
-            if (epyq_tool_opt_long("epyq serve", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+        case O_CACHE_MB:
+        case O_CACHE_EVERY:
+            if (epyq_tool_opt_long("epyq serve", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v))
+                return 2;
             *(c == O_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         case O_BODY:
@@ -209,8 +211,12 @@ int epyq_cmd_serve(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         epyq_tool_ctx_report(m, ctx, o.parallel, o.rt.kv);
-        const epyq_engine_opts eo = {.max_seqs = o.parallel, .chunk = o.chunk, .ctx_limit = ctx, .kv = o.rt.kv,
-                                     .cache_bytes = (uint64_t)o.cache_mb << 20, .cache_every = o.cache_every};
+        const epyq_engine_opts eo = {.max_seqs = o.parallel,
+                                     .chunk = o.chunk,
+                                     .ctx_limit = ctx,
+                                     .kv = o.rt.kv,
+                                     .cache_bytes = (uint64_t)o.cache_mb << 20,
+                                     .cache_every = o.cache_every};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

@@ -133,7 +133,8 @@ static epyq_status attempt_template(void *ctx, epyq_err *err, char *out, size_t 
     const cJSON *vars = ctx;
     epyq_jinja *t = NULL;
     char *text = NULL;
-    epyq_status st = epyq_jinja_parse(epyq_synth_chat_template, strlen(epyq_synth_chat_template), "qwen", &t, err);
+    epyq_status st = epyq_jinja_parse(epyq_synth_chat_template, strlen(epyq_synth_chat_template),
+                                      "qwen", &t, err);
     if (st != EPYQ_OK && t) g_violation = "a failed parse returned a template";
     if (st == EPYQ_OK) {
         st = epyq_jinja_render(t, vars, NULL, &text, len, err);

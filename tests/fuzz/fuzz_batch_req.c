@@ -27,7 +27,9 @@ static epyq_chat *g_chat;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    if (epyq_chat_from_template(&g_chat, epyq_synth_chat_template, strlen(epyq_synth_chat_template), NULL) != EPYQ_OK) abort();
+    if (epyq_chat_from_template(&g_chat, epyq_synth_chat_template, strlen(epyq_synth_chat_template),
+                                NULL) != EPYQ_OK)
+        abort();
     return 0;
 }
 
