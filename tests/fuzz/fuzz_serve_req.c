@@ -27,7 +27,8 @@ static bool verdict(bool chat, const char *body, size_t len, epyq_serve_error *e
         for (int32_t i = 0; i < r.n_stop; i++)
             if (!r.stop[i] || !r.stop[i][0]) abort();
     } else {
-        if (e->http < 400 || e->http > 499 || !e->type[0] || !e->msg[0] || strchr(e->msg, '\n')) abort();
+        if (e->http < 400 || e->http > 499 || !e->type[0] || !e->msg[0] || strchr(e->msg, '\n'))
+            abort();
         char *js = epyq_serve_error_json(e);
         if (!js) abort();
         cJSON *o = cJSON_Parse(js);
