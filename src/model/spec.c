@@ -183,6 +183,10 @@ static epyq_status catch_up(epyq_spec *sp, epyq_err *err) {
 static epyq_status spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
                              epyq_err *err);
 
+static double rule_clock(const epyq_spec *sp) {
+    return sp->o.clock ? sp->o.clock(sp->o.clock_ctx) : epyq_now();
+}
+
 epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
                            epyq_err *err) {
     *n_out = 0;
@@ -190,10 +194,10 @@ epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int
     if (!sp->plain && epyq_seq_pos(sp->s) + sp->o.k + 1 > epyq_seq_ctx(sp->s) &&
         epyq_seq_pos(sp->s) + 1 <= epyq_seq_ctx(sp->s)) /* no room for the drafts: the last tokens plainly */
         return plain_step(sp, pick, ctx, out, n_out, err);
-    double t0 = epyq_now();
+    double t0 = rule_clock(sp);
     epyq_status st = sp->plain ? plain_step(sp, pick, ctx, out, n_out, err) : spec_step(sp, pick, ctx, out, n_out, err);
     if (st != EPYQ_OK || !adaptive) return st;
-    sp->w_time += epyq_now() - t0, sp->w_tok += *n_out;
+    sp->w_time += rule_clock(sp) - t0, sp->w_tok += *n_out;
     /* a window is PROBE_STEPS speculative steps, or a plain stretch (its first PROBE_STEPS
      * tokens measure plain decoding when there is no figure yet) */
     if (--sp->left > 0) return st;

@@ -34,6 +34,10 @@ typedef struct {
      * probed anew (the MTP cache first catches up on the plain stretch in one pass). So at
      * near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
     bool adaptive;
+    /* Tests: the adaptive rule's clock in seconds (NULL = the wall clock), so a test can give
+     * drafting and plain steps known costs instead of this machine's timings. */
+    double (*clock)(void *ctx);
+    void *clock_ctx;
 } epyq_spec_opts;
 
 typedef struct {
