@@ -19,6 +19,10 @@ bool epyq_serve_error_set(epyq_serve_error *e, int http, const char *type, const
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    /* messages quote what the client sent (a model name, a value): keep them one line for the
+     * request log and clients that print them (fuzz_serve_req found a newline quoted back) */
+    for (char *c = e->msg; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     return false;
 }
 
