@@ -167,20 +167,30 @@ static bool check_tools(epyq_serve_req *r, const cJSON *body, epyq_serve_error *
     return true;
 }
 
+/* One stop string: non-empty (an empty one would end every generation at once; a raw NUL in
+ * the JSON string makes one too, fuzz_serve_req found), copied. */
+static bool add_stop(epyq_serve_req *r, const char *v, epyq_serve_error *e) {
+    if (!v[0])
+        return epyq_serve_error_set(e, 400, BAD, "stop", "invalid_value",
+                                    "'stop' strings must not be empty, found \"\"");
+    if (!(r->stop[r->n_stop] = strdup(v)))
+        return epyq_serve_error_set(e, 500, "server_error", "stop", NULL,
+                                    "out of memory copying 'stop'");
+    r->n_stop++;
+    return true;
+}
+
 static bool check_stop(epyq_serve_req *r, const cJSON *body, epyq_serve_error *e) {
     const cJSON *s = get(body, "stop");
     if (!s) return true;
-    if (cJSON_IsString(s)) {
-        r->stop[r->n_stop++] = strdup(s->valuestring);
-        return true;
-    }
+    if (cJSON_IsString(s)) return add_stop(r, s->valuestring, e);
     if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > EPYQ_ENGINE_MAX_STOP)
         return epyq_serve_error_set(e, 400, BAD, "stop", "invalid_value", "'stop' must be a string or an array of at most %d strings, found %s",
                                     EPYQ_ENGINE_MAX_STOP, cJSON_IsArray(s) ? "a longer array" : type_name(s));
     for (const cJSON *x = s->child; x; x = x->next) {
         if (!cJSON_IsString(x))
             return epyq_serve_error_set(e, 400, BAD, "stop", "invalid_type", "'stop' entries must be strings, found %s", type_name(x));
-        r->stop[r->n_stop++] = strdup(x->valuestring);
+        if (!add_stop(r, x->valuestring, e)) return false;
     }
     return true;
 }

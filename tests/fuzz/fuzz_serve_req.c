@@ -2,10 +2,11 @@
  * (tools/serve_req.c). The first byte picks the endpoint (odd: /v1/chat/completions, even:
  * /v1/completions), the rest is the body, handed over with its length and no terminator (as
  * libmicrohttpd's upload buffer is).
- * Checks (the promises of serve_req.h): a refusal has a 4xx status, an error type and a
- * one-line message, and its JSON error object parses back with the same message; an accepted
- * chat request has a messages array and a kwargs object, an accepted completion a prompt (text
- * or ids); every stop string is non-empty; parsing the same body twice gives the same verdict. */
+ * Checks (the promises of serve_req.h): a refusal has a 4xx status (5xx only for out of
+ * memory), an error type and a one-line message, and its JSON error object parses back with the
+ * same message; an accepted chat request has a messages array and a kwargs object, an accepted
+ * completion a prompt (text or ids); every stop string is non-empty; parsing the same body twice
+ * gives the same verdict. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ static bool verdict(bool chat, const char *body, size_t len, epyq_serve_error *e
         for (int32_t i = 0; i < r.n_stop; i++)
             if (!r.stop[i] || !r.stop[i][0]) abort();
     } else {
-        if (e->http < 400 || e->http > 499 || !e->type[0] || !e->msg[0] || strchr(e->msg, '\n'))
+        if (e->http < 400 || e->http > 599 || !e->type[0] || !e->msg[0] || strchr(e->msg, '\n'))
             abort();
         char *js = epyq_serve_error_json(e);
         if (!js) abort();
