@@ -216,12 +216,9 @@ static int parse(int argc, char **argv, opts *o) {
             }
             break;
         case 'D': {
-            epyq_requant dummy = EPYQ_REQUANT_NONE;
-            char spec[32];
-            snprintf(spec, sizeof spec, "lm_head=%s", optarg);
             epyq_err e = {0};
-            if (epyq_requant_parse(spec, &o->draft_head, &dummy, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq bench: --draft-head: expected int4, int8 or bf16, got '%s'\n", optarg), 2;
+            if (epyq_requant_parse_kind(optarg, &o->draft_head, &e) != EPYQ_OK)
+                return fprintf(stderr, "epyq bench: --draft-head: %s\n", e.msg), 2;
             break;
         }
         case 'Q': {
@@ -518,10 +515,10 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                     else {
                         samples[k] = (double)(sv.emitted + sv.plain + 1) / dt, gbs[k] = 0;
                         plain += (double)sv.plain, switches += (double)sv.switches;
-                        tsteps += dt / (double)(sv.steps ? sv.steps : 1), acc += (double)sv.emitted / (double)(sv.steps ? sv.steps : 1);
-                        split[0] += sv.t_draft / (double)(sv.steps ? sv.steps : 1);
-                        split[1] += sv.t_verify / (double)(sv.steps ? sv.steps : 1);
-                        split[2] += sv.t_rollback / (double)(sv.steps ? sv.steps : 1);
+                        double steps = (double)(sv.steps ? sv.steps : 1); /* per verify step */
+                        tsteps += dt / steps, acc += (double)sv.emitted / steps;
+                        split[0] += sv.t_draft / steps, split[1] += sv.t_verify / steps;
+                        split[2] += sv.t_rollback / steps;
                     }
                 } else {
                     double dt = timed_tg(&c, n, B, k + 1, err);

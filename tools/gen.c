@@ -186,17 +186,7 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
         }
         int32_t tok = epyq_sampler_sample(smp, logits);
         epyq_sampler_accept(smp, tok, true);
-        if (gen_ids) gen_ids[k] = tok;
-        stats->n_gen++;
-        if (epyq_is_eos(cfg, tok)) {
-            stats->finish = EPYQ_FINISH_STOP;
-            break;
-        }
-        char *piece = NULL;
-        st = epyq_tok_stream_push(ts, tok, &piece, err);
-        if (st == EPYQ_OK && piece && *piece && on_text) on_text(ctx, piece, strlen(piece));
-        free(piece);
-        if (st != EPYQ_OK) break;
+        if (!emit(g, ts, tok, k, gen_ids, stats, on_text, ctx, &st, err)) break;
         if (epyq_seq_pos(g->seq) >= ctx_len) {
             stats->finish = EPYQ_FINISH_CTX;
             break;

@@ -324,14 +324,9 @@ int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *a
         return 0;
     }
     if (c == EPYQ_TOOL_O_DHEAD) {
-        epyq_requant none = EPYQ_REQUANT_NONE;
-        char spec[40];
         epyq_err e = {0};
-        snprintf(spec, sizeof spec, "lm_head=%s", arg);
-        if (epyq_requant_parse(spec, &sp->draft_head, &none, &e) != EPYQ_OK)
-            return fprintf(stderr, "%s: --draft-head: expected int4, int8 or bf16, got '%s'\n", cmd,
-                           arg),
-                   2;
+        if (epyq_requant_parse_kind(arg, &sp->draft_head, &e) != EPYQ_OK)
+            return fprintf(stderr, "%s: --draft-head: %s\n", cmd, e.msg), 2;
         return 0;
     }
     return 1;

@@ -35,6 +35,8 @@ const char *epyq_requant_name(epyq_requant r); /* "bf16" (none), "int8", "int4" 
  * *dense (each left unchanged when the spec does not name it). */
 epyq_status epyq_requant_parse(const char *spec, epyq_requant *lm_head, epyq_requant *dense,
                                epyq_err *err);
+/* One kind: "int8", "int4", "bf16" or "none" (the last two = NONE). */
+epyq_status epyq_requant_parse_kind(const char *v, epyq_requant *out, epyq_err *err);
 /* The group size requantised linears use: the checkpoint's int4 group size, else the largest
  * of 128/64/32 dividing every input width; 0 when none does. */
 int32_t epyq_requant_group(const epyq_weights *w);

@@ -29,11 +29,19 @@ const char *epyq_requant_name(epyq_requant r) {
     }
 }
 
+static epyq_status parse_kind(const char *v, size_t n, epyq_requant *out, epyq_err *err);
+
+epyq_status epyq_requant_parse_kind(const char *v, epyq_requant *out, epyq_err *err) {
+    return parse_kind(v, strlen(v), out, err);
+}
+
 static epyq_status parse_kind(const char *v, size_t n, epyq_requant *out, epyq_err *err) {
     if (n == 4 && !strncmp(v, "int8", 4)) *out = EPYQ_REQUANT_INT8;
     else if (n == 4 && !strncmp(v, "int4", 4)) *out = EPYQ_REQUANT_INT4;
     else if ((n == 4 && !strncmp(v, "bf16", 4)) || (n == 4 && !strncmp(v, "none", 4))) *out = EPYQ_REQUANT_NONE;
-    else return epyq_err_set(err, EPYQ_E_ARG, "--requant: expected int8, int4 or bf16, found '%.*s'", (int)n, v);
+    else
+        return epyq_err_set(err, EPYQ_E_ARG, "expected int8, int4 or bf16, found '%.*s'", (int)n,
+                            v);
     return EPYQ_OK;
 }
 
@@ -56,7 +64,7 @@ epyq_status epyq_requant_parse(const char *spec, epyq_requant *lm_head, epyq_req
             return epyq_err_set(err, EPYQ_E_ARG, "--requant: expected lm_head or dense, found '%.*s'",
                                 (int)(eq - p), p);
         epyq_status st = parse_kind(eq + 1, (size_t)(end - eq - 1), dst, err);
-        if (st != EPYQ_OK) return st;
+        if (st != EPYQ_OK) return epyq_err_prefix(err, "--requant: "), st;
         if (!*end) return EPYQ_OK;
         p = end + 1;
     }
