@@ -14,7 +14,7 @@ expect 2 "serve --no-such-option" "$EPYQ" serve --no-such-option
 expect 2 "serve without a model" "$EPYQ" serve --port 0
 make_model
 start_server main -m "$M" -t 1 -c 4096 --parallel 4 --max-queue 32
-MAIN=$SPID
+MAIN=$SPID MAIN_URL=$URL
 HI='"messages":[{"role":"user","content":"Hi there"}]'
 
 [ "$(curl -s -m 10 "$URL/health" | jq -r .status)" = ok ] && ok "health" || fail "health"
@@ -98,21 +98,37 @@ n=0; i=0
 while [ $i -lt 16 ]; do tail -n 2 "$T/c$i" | grep -q '^data: \[DONE\]$' && n=$((n + 1)); i=$((i + 1)); done
 [ $n = 16 ] && ok "16 concurrent streams complete" || fail "only $n of 16 concurrent streams completed"
 
-# An aborted stream: its request is cancelled and its sequence freed; healthy requests follow.
-# (ignore_eos keeps them long: the tiny model says eos often. The stream is cut by head after
-# its first bytes, the plain request by curl's timeout, both long before 4000 tokens.)
-curl -sN -m 60 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":4000,"ignore_eos":true,"stream":true}' 2>/dev/null | head -c 200 >/dev/null
-curl -s -m 0.3 "$URL/v1/completions" -d '{"prompt":"Long","max_tokens":4000,"ignore_eos":true}' >/dev/null 2>&1
-i=0
-while [ $i -lt 100 ]; do
+# An aborted stream and an aborted plain request: each is cancelled and its sequence freed;
+# healthy requests follow. The tiny model decodes thousands of tokens a second, so both run
+# on a copy of it whose config allows 65536 positions, asked for 60000 tokens with ignore_eos:
+# neither can finish before its client goes, on any machine. The stream is cut by head after
+# its first bytes; the plain request's curl is killed once the server reports it running.
+cp -r "$M" "$T/long"
+sed -i 's/"max_position_embeddings": *4096/"max_position_embeddings": 65536/' "$T/long/config.json"
+start_server long -m "$T/long" -t 1 -c 65536 --parallel 2 --max-queue 4
+LONG=$SPID
+metric() { curl -s -m 10 "$URL/metrics" | sed -n "s/^$1 //p"; }
+LB='"max_tokens":60000,"ignore_eos":true'
+curl -sN -m 60 "$URL/v1/completions" -d "{\"prompt\":\"Long\",$LB,\"stream\":true}" 2>/dev/null | head -c 200 >/dev/null
+curl -s -m 60 "$URL/v1/completions" -d "{\"prompt\":\"Long\",$LB}" >/dev/null 2>&1 &
+CP=$!
+i=0 # until the plain request generates
+while [ $i -lt 500 ] && [ "$(metric epyq_requests_running)" != 1 ]; do sleep 0.02; i=$((i + 1)); done
+kill "$CP" 2>/dev/null
+wait "$CP" 2>/dev/null
+i=0 # until both are seen gone
+while [ $i -lt 500 ]; do
     curl -s -m 10 "$URL/metrics" >"$T/metrics"
-    grep -q '^epyq_requests_running 0$' "$T/metrics" && break
-    sleep 0.1; i=$((i + 1))
+    grep -q '^epyq_requests_running 0$' "$T/metrics" && grep -q '^epyq_requests_cancelled_total 2$' "$T/metrics" && break
+    sleep 0.02; i=$((i + 1))
 done
 grep -q '^epyq_requests_running 0$' "$T/metrics" && grep -q '^epyq_kv_bytes_in_use 0$' "$T/metrics" &&
-    [ "$(sed -n 's/^epyq_requests_cancelled_total //p' "$T/metrics")" -ge 2 ] \
+    grep -q '^epyq_requests_cancelled_total 2$' "$T/metrics" \
     && ok "aborted stream and request cancelled, sequences freed" || { fail "abort: not cancelled"; grep -v '^#' "$T/metrics"; }
 [ "$(post /v1/chat/completions "{$HI,\"max_tokens\":3}")" = 200 ] && ok "healthy request after aborts" || fail "request after aborts"
+stop_server $LONG
+[ "$RC" = 0 ] && ok "long-context server: SIGTERM exit 0" || fail "long-context server: exit $RC"
+URL=$MAIN_URL
 
 # Bad input: status, error.param and error.code; never a crash or a hung connection.
 bad() { # STATUS PARAM PATH BODY [curl args]
