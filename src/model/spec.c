@@ -42,7 +42,7 @@ struct epyq_spec {
     int32_t *ptok, pn, pcap, ppos0; /* ... the tokens after them, count, capacity, first position */
 };
 
-enum { PROBE_STEPS = 8, HOLD_MIN = 64, HOLD_MAX = 4096 };
+enum { PROBE_STEPS = 8, EARLY = 2, HOLD_MIN = 64, HOLD_MAX = 4096 };
 
 epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const epyq_spec_opts *o,
                              epyq_err *err) {
@@ -200,7 +200,15 @@ epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int
     sp->w_time += rule_clock(sp) - t0, sp->w_tok += *n_out;
     /* a window is PROBE_STEPS speculative steps, or a plain stretch (its first PROBE_STEPS
      * tokens measure plain decoding when there is no figure yet) */
-    if (--sp->left > 0) return st;
+    if (--sp->left > 0) {
+        /* A probe ends early once EARLY steps in a row kept no draft: a verify step never costs
+         * less than a plain one, so a window that emits one token a step cannot win, and at
+         * real near-zero acceptance each probe then costs EARLY steps instead of PROBE_STEPS.
+         * (With position-1 acceptance 0.93 this cuts a good probe short 0.5% of the time.) */
+        int32_t done = PROBE_STEPS - sp->left;
+        if (sp->plain || done < EARLY || sp->w_tok != done) return st;
+        sp->left = 0;
+    }
     double cost = sp->w_time / (double)(sp->w_tok ? sp->w_tok : 1);
     sp->w_time = 0, sp->w_tok = 0;
     if (!sp->plain) {

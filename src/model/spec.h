@@ -31,8 +31,9 @@ typedef struct {
     /* Adaptive: measure the time per emitted token of speculative steps against plain
      * one-token steps and run whichever is faster; when plain wins, it runs for a stretch that
      * doubles each time speculation loses again (64 .. 4096 tokens), then speculation is
-     * probed anew (the MTP cache first catches up on the plain stretch in one pass). So at
-     * near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
+     * probed anew (the MTP cache first catches up on the plain stretch in one pass). A probe
+     * is 8 speculative steps, cut to 2 when neither kept a draft (such a window cannot win).
+     * So at near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
     bool adaptive;
     /* Tests: the adaptive rule's clock in seconds (NULL = the wall clock), so a test can give
      * drafting and plain steps known costs instead of this machine's timings. */
