@@ -212,7 +212,8 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
         m->kt->gdn_step(S, ut + key_dim + (size_t)kh * m->Dk, ut + 2 * key_dim + (size_t)vh * m->Dv,
                         ut + (size_t)kh * m->Dk, expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh],
                         m->Dk, m->Dv, j->o + (size_t)t * Hv * m->Dv + (size_t)vh * m->Dv);
-        if (i < s->spec_n) /* speculative verification: the state after each token (seq.c) */
+        if (i < s->spec_n - 1) /* speculative verification: the state after each token but the
+                                * last, which the state itself is after the forward (seq.c) */
             memcpy(s->spec_S + (((size_t)i * m->n_gdn + j->ly->slot) * Hv + vh) * sd, S, sd * sizeof(float));
     }
     gated_norm_rows(j, toks, n, vh);
@@ -268,11 +269,12 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
     epyq_seq *sq = j->p->seq[toks[0]];
     size_t layer_off = (size_t)j->ly->slot * (m->Kc - 1) * cd;
-    float *state = sq->conv + layer_off, *snap = sq->spec_n ? sq->spec_conv + layer_off : NULL;
+    int32_t n_snap = sq->spec_n > 1 ? sq->spec_n - 1 : 0; /* the last token's: the state itself */
+    float *state = sq->conv + layer_off, *snap = n_snap ? sq->spec_conv + layer_off : NULL;
     int32_t q0 = kh * m->Dk, k0 = key_dim + kh * m->Dk, v0 = 2 * key_dim + kh * r * m->Dv;
-    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk, snap, sq->spec_n);
-    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk, snap, sq->spec_n);
-    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv, snap, sq->spec_n);
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv, snap, n_snap);
     float qscale = 1.0f / sqrtf((float)m->Dk);
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];
