@@ -23,12 +23,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/chat.h"
+#include "chat/reasoning.h"
 #include "core/util.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/sample.h"
-#include "tok/chat.h"
-#include "tok/reasoning.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
 #include "tools/batch_req.h"

@@ -10,8 +10,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
-#include "tok/chat.h"
 #include "model/spec.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"

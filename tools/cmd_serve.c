@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
 #include "model/model.h"
 #include "numa/plan.h"
-#include "tok/chat.h"
 #include "tok/tokenizer.h"
 #include "tools/cmd.h"
 #include "tools/serve_http.h"

@@ -1,11 +1,11 @@
-/* src/tok/jinja_eval.c — walks the AST: expressions with Python semantics, statements with
+/* src/chat/jinja_eval.c — walks the AST: expressions with Python semantics, statements with
  * jinja2's scoping (a for-loop iteration and a macro call open a scope, `if` does not; set
  * writes the innermost scope, so only namespace() objects carry values out of a loop). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 enum { MAX_CALL_DEPTH = 16 }; /* macro calls (recursion) and nested filter evaluations */
 

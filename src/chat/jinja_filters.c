@@ -1,4 +1,4 @@
-/* src/tok/jinja_filters.c — jinja2's built-in filters and tests (the ones chat templates use),
+/* src/chat/jinja_filters.c — jinja2's built-in filters and tests (the ones chat templates use),
  * with transformers' tojson. Names are resolved when the template is parsed, so an unknown
  * filter or test is a parse error with its position, as in jinja2. */
 #include <math.h>
@@ -8,7 +8,7 @@
 
 #include <utf8proc.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 typedef enum {
     F_ABS, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT,

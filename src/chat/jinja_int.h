@@ -1,4 +1,4 @@
-/* src/tok/jinja_int.h — shared internals of the chat-template interpreter (not a public API).
+/* src/chat/jinja_int.h — shared internals of the chat-template interpreter (not a public API).
  *
  * Promise: one set of types for the lexer (jinja_lex.c), parser (jinja_parse.c), values
  * (jinja_value.c, jinja_str.c), evaluator (jinja_eval.c) and built-ins (jinja_filters.c,
@@ -13,8 +13,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/jinja.h"
 #include "core/status.h"
-#include "tok/jinja.h"
 #include "tok/sbuf.h"
 
 /* ---- arena ------------------------------------------------------------------------------ */

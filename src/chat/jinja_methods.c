@@ -1,4 +1,4 @@
-/* src/tok/jinja_methods.c — Python methods of str/dict/list values, loop.cycle, and the
+/* src/chat/jinja_methods.c — Python methods of str/dict/list values, loop.cycle, and the
  * template globals transformers provides (raise_exception, namespace, range, dict,
  * strftime_now). Methods that would modify a value are refused like jinja2's
  * ImmutableSandboxedEnvironment refuses them. */
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 typedef enum {
     /* str */

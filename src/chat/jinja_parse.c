@@ -1,4 +1,4 @@
-/* src/tok/jinja_parse.c — tokens -> AST, with jinja2's grammar and operator precedence.
+/* src/chat/jinja_parse.c — tokens -> AST, with jinja2's grammar and operator precedence.
  *
  * Precedence, loosest first (as jinja2's parser): `x if c else y`, or, and, not, comparisons
  * (== != < <= > >= in, not in; chained), + -, ~, * / // %, ** (left-associative, as in
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 enum { MAX_PARSE_DEPTH = 64 }; /* expression + statement nesting; bounds render recursion too */
 

@@ -23,11 +23,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/jinja.h"
 #include "model/model.h"
 #include "synth/synth.h"
 #include "tests/failnth/alloc_fail.h"
 #include "tests/testutil.h"
-#include "tok/jinja.h"
 #include "tok/tokenizer.h"
 
 extern const char epyq_synth_chat_template[];

@@ -4,7 +4,7 @@
  *    `epyq template` (text, --ids, exit codes) on the fixture folder;
  *  - project-local: the copy of the real template that `epyq synth` embeds (when linked in),
  *    checked against prompts written out from the template's documented behaviour
- *    (src/tok/chat.h), and every raise_exception path of the template. */
+ *    (src/chat/chat.h), and every raise_exception path of the template. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
 #include "tests/testutil.h"
-#include "tok/chat.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 /* Renders src with vars (JSON text or NULL). Returns the output (malloc'd) or NULL with the
  * error in *err. */

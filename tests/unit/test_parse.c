@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/reasoning.h"
+#include "chat/reasoning.h"
+#include "chat/toolcall.h"
 #include "tok/sbuf.h"
-#include "tok/toolcall.h"
 
 /* ---- reasoning -------------------------------------------------------------------------- */
 
