@@ -1,6 +1,7 @@
-/* src/chat/jinja_filters.c — jinja2's built-in filters and tests (the ones chat templates use),
- * with transformers' tojson. Names are resolved when the template is parsed, so an unknown
- * filter or test is a parse error with its position, as in jinja2. */
+/* src/chat/jinja_filters.c — jinja2's built-in filters (the ones chat templates use), with
+ * transformers' tojson; the tests are in jinja_tests.c. Names are resolved when the template is
+ * parsed, so an unknown filter is a parse error with its position, as in jinja2. Each filter is
+ * one function; FILTERS at the end maps names (aliases included) to them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,86 +11,36 @@
 
 #include "chat/jinja_int.h"
 
-typedef enum {
-    F_ABS, F_CAPITALIZE, F_COUNT, F_DEFAULT, F_DICTSORT, F_ESCAPE, F_FIRST, F_FLOAT, F_INDENT,
-    F_INT, F_ITEMS, F_JOIN, F_LAST, F_LENGTH, F_LIST, F_LOWER, F_MAP, F_MAX, F_MIN, F_REJECT,
-    F_REJECTATTR, F_REPLACE, F_REVERSE, F_ROUND, F_SAFE, F_SELECT, F_SELECTATTR, F_SORT,
-    F_STRING, F_SUM, F_TITLE, F_TOJSON, F_TRIM, F_UNIQUE, F_UPPER, F_WORDCOUNT,
-} filter_id;
+/* One filter call: args[0] is the subject, then the template's arguments (names[i] non-NULL for
+ * name=value ones); mode tells apart the filters that share a function (see FILTERS). */
+typedef struct {
+    jrender *r;
+    jscope *sc;
+    int mode;
+    const jv *args;
+    const char *const *names;
+    size_t nargs;
+} fcall;
 
-static const struct {
-    const char *name;
-    filter_id id;
-} FILTERS[] = {
-    {"abs", F_ABS}, {"capitalize", F_CAPITALIZE}, {"count", F_COUNT}, {"d", F_DEFAULT},
-    {"default", F_DEFAULT}, {"dictsort", F_DICTSORT}, {"e", F_ESCAPE}, {"escape", F_ESCAPE},
-    {"first", F_FIRST}, {"float", F_FLOAT}, {"indent", F_INDENT}, {"int", F_INT},
-    {"items", F_ITEMS}, {"join", F_JOIN}, {"last", F_LAST}, {"length", F_LENGTH},
-    {"list", F_LIST}, {"lower", F_LOWER}, {"map", F_MAP}, {"max", F_MAX}, {"min", F_MIN},
-    {"reject", F_REJECT}, {"rejectattr", F_REJECTATTR}, {"replace", F_REPLACE},
-    {"reverse", F_REVERSE}, {"round", F_ROUND}, {"safe", F_SAFE}, {"select", F_SELECT},
-    {"selectattr", F_SELECTATTR}, {"sort", F_SORT}, {"string", F_STRING}, {"sum", F_SUM},
-    {"title", F_TITLE}, {"tojson", F_TOJSON}, {"trim", F_TRIM}, {"unique", F_UNIQUE},
-    {"upper", F_UPPER}, {"wordcount", F_WORDCOUNT},
-};
+enum { SEL_KEEP = 1, SEL_ATTR = 2 };                           /* f_select's mode bits */
+enum { AGG_SORT, AGG_UNIQUE, AGG_MIN, AGG_MAX, AGG_DICTSORT }; /* f_aggregate's modes */
 
-typedef enum {
-    T_DEFINED, T_UNDEFINED, T_NONE, T_BOOLEAN, T_TRUE, T_FALSE, T_INTEGER, T_FLOAT, T_NUMBER,
-    T_STRING, T_MAPPING, T_SEQUENCE, T_ITERABLE, T_CALLABLE, T_SAMEAS, T_ESCAPED, T_ODD, T_EVEN,
-    T_DIVISIBLEBY, T_IN, T_EQ, T_NE, T_LT, T_LE, T_GT, T_GE, T_LOWER, T_UPPER, T_FILTER, T_TEST,
-} test_id;
-
-static const struct {
-    const char *name;
-    test_id id;
-} TESTS[] = {
-    {"defined", T_DEFINED}, {"undefined", T_UNDEFINED}, {"none", T_NONE}, {"boolean", T_BOOLEAN},
-    {"true", T_TRUE}, {"false", T_FALSE}, {"integer", T_INTEGER}, {"float", T_FLOAT},
-    {"number", T_NUMBER}, {"string", T_STRING}, {"mapping", T_MAPPING}, {"sequence", T_SEQUENCE},
-    {"iterable", T_ITERABLE}, {"callable", T_CALLABLE}, {"sameas", T_SAMEAS}, {"escaped", T_ESCAPED},
-    {"odd", T_ODD}, {"even", T_EVEN}, {"divisibleby", T_DIVISIBLEBY}, {"in", T_IN},
-    {"eq", T_EQ}, {"equalto", T_EQ}, {"==", T_EQ}, {"ne", T_NE}, {"!=", T_NE}, {"lt", T_LT},
-    {"lessthan", T_LT}, {"<", T_LT}, {"le", T_LE}, {"<=", T_LE}, {"gt", T_GT},
-    {"greaterthan", T_GT}, {">", T_GT}, {"ge", T_GE}, {">=", T_GE}, {"lower", T_LOWER},
-    {"upper", T_UPPER}, {"filter", T_FILTER}, {"test", T_TEST},
-};
-
-int epyq_jj_filter_id(const char *name) {
-    for (size_t i = 0; i < sizeof FILTERS / sizeof FILTERS[0]; i++)
-        if (!strcmp(FILTERS[i].name, name)) return (int)FILTERS[i].id;
-    return -1;
-}
-
-int epyq_jj_test_id(const char *name) {
-    for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++)
-        if (!strcmp(TESTS[i].name, name)) return (int)TESTS[i].id;
-    return -1;
-}
-
-static const char *filter_name(int id) {
-    for (size_t i = 0; i < sizeof FILTERS / sizeof FILTERS[0]; i++)
-        if ((int)FILTERS[i].id == id) return FILTERS[i].name;
-    return "?";
-}
-
-/* Argument `pos` (0 = first after the subject) or keyword `kw`; *out = dflt when absent. */
-static jv arg(const jv *args, const char *const *names, size_t nargs, size_t pos, const char *kw, jv dflt) {
+/* Argument `pos` (0 = first after the subject) or keyword `kw`; dflt when absent. */
+static jv arg(const fcall *fc, size_t pos, const char *kw, jv dflt) {
+    const char *const *names = fc->names;
     size_t p = 0;
-    for (size_t i = 1; i < nargs; i++) {
+    for (size_t i = 1; i < fc->nargs; i++) {
         if (names && names[i]) {
-            if (kw && !strcmp(names[i], kw)) return args[i];
+            if (kw && !strcmp(names[i], kw)) return fc->args[i];
         } else if (p++ == pos) {
-            return args[i];
+            return fc->args[i];
         }
     }
     return dflt;
 }
 
-static jv make_list(jlist *l) { return (jv){.t = JV_LIST, .u.l = l}; }
-
 /* Case mapping one code point at a time with utf8proc (Python also does multi-char maps). */
-static bool map_case(jrender *r, jv s, int mode, jv *out) {
-    /* mode: 0 lower, 1 upper, 2 capitalize, 3 title (jinja2's title) */
+bool epyq_jj_map_case(jrender *r, jv s, int mode, jv *out) {
     epyq_sbuf b = {.max = r->max_output};
     size_t i = 0, n = s.u.s.n;
     bool word_start = true, first = true;
@@ -99,10 +50,11 @@ static bool map_case(jrender *r, jv s, int mode, jv *out) {
         bool valid = i - a > 1 || c < 0x80;
         int32_t m = (int32_t)c;
         if (valid) {
-            bool up = mode == 1 || (mode == 2 && first) || (mode == 3 && word_start);
+            bool up = mode == JJ_CASE_UPPER || (mode == JJ_CASE_CAPITALIZE && first) ||
+                      (mode == JJ_CASE_TITLE && word_start);
             m = up ? utf8proc_toupper((int32_t)c) : utf8proc_tolower((int32_t)c);
         }
-        if (mode == 3) /* jinja2 splits words at whitespace and -([{< */
+        if (mode == JJ_CASE_TITLE) /* jinja2 splits words at whitespace and -([{< */
             word_start = epyq_jj_py_isspace(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
         first = false;
         bool ok;
@@ -161,7 +113,9 @@ static bool get_path(jrender *r, jv obj, jv path, jv *out) {
 static bool cmp_for_sort(jrender *r, jv a, jv b, bool case_sensitive, int *c) {
     if (!case_sensitive && a.t == JV_STR && b.t == JV_STR) {
         jv la, lb;
-        if (!map_case(r, a, 0, &la) || !map_case(r, b, 0, &lb)) return false;
+        if (!epyq_jj_map_case(r, a, JJ_CASE_LOWER, &la) ||
+            !epyq_jj_map_case(r, b, JJ_CASE_LOWER, &lb))
+            return false;
         return epyq_jj_compare(r, la, lb, c);
     }
     return epyq_jj_compare(r, a, b, c);
@@ -194,11 +148,16 @@ static bool copy_list(jrender *r, jv v, jlist **out) {
     return true;
 }
 
-/* select/reject/selectattr/rejectattr: keep items whose test (default: truthiness) == keep. */
-static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr, bool keep, jv *out) {
+/* select, reject, selectattr, rejectattr (fc->mode: SEL_* bits): keep the items whose test
+ * (default: truthiness) is SEL_KEEP, testing the item itself or, with SEL_ATTR, its attribute. */
+static bool f_select(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    const jv *args = fc->args;
+    size_t nargs = fc->nargs;
+    bool by_attr = fc->mode & SEL_ATTR, keep = fc->mode & SEL_KEEP;
     jlist *src;
     if (!epyq_jj_truthy(args[0])) { /* jinja2: `if value:` before iterating, so 0/None give [] */
-        *out = make_list(epyq_jj_list_new(&r->ar, 0));
+        *out = jv_list(epyq_jj_list_new(&r->ar, 0), false);
         return out->u.l ? true : epyq_jj_nomem(r);
     }
     if (!epyq_jj_iter_list(r, args[0], &src)) return false;
@@ -231,22 +190,26 @@ static bool filter_items(jrender *r, const jv *args, size_t nargs, bool by_attr,
         }
         if (b == keep && !epyq_jj_list_push(&r->ar, l, src->v[i])) return epyq_jj_nomem(r);
     }
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
-static bool do_map(jrender *r, jscope *sc, const jv *args, const char *const *names, size_t nargs, jv *out) {
+static bool f_map(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    const jv *args = fc->args;
+    const char *const *names = fc->names;
+    size_t nargs = fc->nargs;
     jlist *src;
     if (!epyq_jj_truthy(args[0])) { /* as select: a falsy value maps to nothing */
-        *out = make_list(epyq_jj_list_new(&r->ar, 0));
+        *out = jv_list(epyq_jj_list_new(&r->ar, 0), false);
         return out->u.l ? true : epyq_jj_nomem(r);
     }
     if (!epyq_jj_iter_list(r, args[0], &src)) return false;
-    jv attr = arg(args, names, nargs, 99, "attribute", jv_undef(NULL));
-    jv dflt = arg(args, names, nargs, 99, "default", jv_undef(NULL));
+    jv attr = arg(fc, 99, "attribute", jv_undef(NULL));
+    jv dflt = arg(fc, 99, "default", jv_undef(NULL));
     int fid = -1;
     if (attr.t == JV_UNDEF) {
-        jv fname = arg(args, names, nargs, 0, NULL, jv_undef(NULL));
+        jv fname = arg(fc, 0, NULL, jv_undef(NULL));
         if (fname.t != JV_STR) return epyq_jj_fail(r, "map needs a filter name or attribute=");
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)fname.u.s.n, fname.u.s.p);
@@ -269,14 +232,14 @@ static bool do_map(jrender *r, jscope *sc, const jv *args, const char *const *na
         jv v;
         if (fid >= 0) {
             fargs[0] = src->v[i];
-            if (!epyq_jj_apply_filter(r, sc, fid, fargs, fnames, nf, &v)) return false;
+            if (!epyq_jj_apply_filter(r, fc->sc, fid, fargs, fnames, nf, &v)) return false;
         } else {
             if (!get_path(r, src->v[i], attr, &v)) return false;
             if (v.t == JV_UNDEF && dflt.t != JV_UNDEF) v = dflt;
         }
         l->v[l->n++] = v;
     }
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
@@ -340,414 +303,478 @@ static bool parse_float_str(jv s, double *out) {
     return *end == '\0';
 }
 
-bool epyq_jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names, size_t nargs,
-                     jv *out) {
-    jv v = args[0];
-    switch ((filter_id)fid) {
-    case F_SAFE: return epyq_jj_stringify(r, v, out); /* Markup(str(v)); autoescape is off */
-    case F_STRING: return epyq_jj_stringify(r, v, out);
-    case F_LENGTH:
-    case F_COUNT: {
-        int64_t n = 0;
-        if (!length_of(r, v, &n)) return false;
-        *out = jv_int(n);
+/* length, count */
+static bool f_length(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    int64_t n = 0;
+    if (!length_of(r, v, &n)) return false;
+    *out = jv_int(n);
+    return true;
+}
+
+/* default */
+static bool f_default(const fcall *fc, jv *out) {
+    jv v = fc->args[0];
+    jv d = arg(fc, 0, "default_value", jv_str("", 0));
+    bool boolean = epyq_jj_truthy(arg(fc, 1, "boolean", jv_bool(false)));
+    *out = v.t == JV_UNDEF || (boolean && !epyq_jj_truthy(v)) ? d : v;
+    return true;
+}
+
+/* trim */
+static bool f_trim(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv chars = arg(fc, 0, "chars", jv_none());
+    jv s;
+    if (!epyq_jj_stringify(r, v, &s)) return false;
+    if (chars.t == JV_STR) *out = epyq_jj_str_strip(s, chars.u.s.p, chars.u.s.n, 3);
+    else
+        *out = epyq_jj_str_strip(s, NULL, 0, 3);
+    return true;
+}
+
+/* tojson */
+static bool f_tojson(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv ind = arg(fc, 0, "indent", jv_none());
+    if (epyq_jj_truthy(arg(fc, 99, "ensure_ascii", jv_bool(false))))
+        return epyq_jj_fail(r, "tojson(ensure_ascii=true) is not supported");
+    if (arg(fc, 99, "separators", jv_none()).t != JV_NONE)
+        return epyq_jj_fail(r, "tojson(separators=...) is not supported");
+    bool sort_keys = epyq_jj_truthy(arg(fc, 99, "sort_keys", jv_bool(false)));
+    if (ind.t != JV_NONE && ind.t != JV_INT)
+        return epyq_jj_fail(r, "tojson indent must be an integer");
+    int indent = ind.t == JV_INT ? (ind.u.i < 0 ? 0 : ind.u.i > 64 ? 64 : (int)ind.u.i) : -1;
+    epyq_sbuf b = {.max = r->max_output};
+    if (!epyq_jj_tojson(r, &b, v, indent, sort_keys)) {
+        epyq_sbuf_free(&b);
+        return false;
+    }
+    return epyq_jj_str_from_buf(r, &b, out);
+}
+
+/* items */
+static bool f_items(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    if (v.t == JV_UNDEF) {
+        jlist *l = epyq_jj_list_new(&r->ar, 0);
+        if (!l) return epyq_jj_nomem(r);
+        *out = jv_list(l, false);
         return true;
     }
-    case F_DEFAULT: {
-        jv d = arg(args, names, nargs, 0, "default_value", jv_str("", 0));
-        bool boolean = epyq_jj_truthy(arg(args, names, nargs, 1, "boolean", jv_bool(false)));
-        *out = v.t == JV_UNDEF || (boolean && !epyq_jj_truthy(v)) ? d : v;
-        return true;
+    if (v.t != JV_DICT && v.t != JV_NS)
+        return epyq_jj_fail(r, "Can only get item pairs from a mapping.");
+    jlist *l = epyq_jj_list_new(&r->ar, v.u.d->n);
+    if (!l) return epyq_jj_nomem(r);
+    for (size_t i = 0; i < v.u.d->n; i++) {
+        jlist *pair = epyq_jj_list_new(&r->ar, 2);
+        if (!pair) return epyq_jj_nomem(r);
+        pair->v[0] = v.u.d->k[i];
+        pair->v[1] = v.u.d->v[i];
+        pair->n = 2;
+        l->v[l->n++] = (jv){.t = JV_LIST, .tuple = 1, .u.l = pair};
     }
-    case F_TRIM: {
-        jv chars = arg(args, names, nargs, 0, "chars", jv_none());
-        jv s;
-        if (!epyq_jj_stringify(r, v, &s)) return false;
-        if (chars.t == JV_STR) *out = epyq_jj_str_strip(s, chars.u.s.p, chars.u.s.n, 3);
-        else *out = epyq_jj_str_strip(s, NULL, 0, 3);
-        return true;
-    }
-    case F_TOJSON: {
-        jv ind = arg(args, names, nargs, 0, "indent", jv_none());
-        if (epyq_jj_truthy(arg(args, names, nargs, 99, "ensure_ascii", jv_bool(false))))
-            return epyq_jj_fail(r, "tojson(ensure_ascii=true) is not supported");
-        if (arg(args, names, nargs, 99, "separators", jv_none()).t != JV_NONE)
-            return epyq_jj_fail(r, "tojson(separators=...) is not supported");
-        bool sort_keys = epyq_jj_truthy(arg(args, names, nargs, 99, "sort_keys", jv_bool(false)));
-        if (ind.t != JV_NONE && ind.t != JV_INT) return epyq_jj_fail(r, "tojson indent must be an integer");
-        int indent = ind.t == JV_INT ? (ind.u.i < 0 ? 0 : ind.u.i > 64 ? 64 : (int)ind.u.i) : -1;
-        epyq_sbuf b = {.max = r->max_output};
-        if (!epyq_jj_tojson(r, &b, v, indent, sort_keys)) {
+    *out = jv_list(l, false);
+    return true;
+}
+
+/* join */
+static bool f_join(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv sep = arg(fc, 0, "d", jv_str("", 0));
+    jv attr = arg(fc, 1, "attribute", jv_undef(NULL));
+    jlist *l;
+    if (!epyq_jj_iter_list(r, v, &l)) return false;
+    epyq_sbuf b = {.max = r->max_output};
+    for (size_t i = 0; i < l->n; i++) {
+        jv item = l->v[i];
+        if (attr.t != JV_UNDEF && !get_path(r, item, attr, &item)) {
             epyq_sbuf_free(&b);
             return false;
         }
-        return epyq_jj_str_from_buf(r, &b, out);
-    }
-    case F_ITEMS: {
-        if (v.t == JV_UNDEF) {
-            jlist *l = epyq_jj_list_new(&r->ar, 0);
-            if (!l) return epyq_jj_nomem(r);
-            *out = make_list(l);
-            return true;
-        }
-        if (v.t != JV_DICT && v.t != JV_NS) return epyq_jj_fail(r, "Can only get item pairs from a mapping.");
-        jlist *l = epyq_jj_list_new(&r->ar, v.u.d->n);
-        if (!l) return epyq_jj_nomem(r);
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            jlist *pair = epyq_jj_list_new(&r->ar, 2);
-            if (!pair) return epyq_jj_nomem(r);
-            pair->v[0] = v.u.d->k[i];
-            pair->v[1] = v.u.d->v[i];
-            pair->n = 2;
-            l->v[l->n++] = (jv){.t = JV_LIST, .tuple = 1, .u.l = pair};
-        }
-        *out = make_list(l);
-        return true;
-    }
-    case F_JOIN: {
-        jv sep = arg(args, names, nargs, 0, "d", jv_str("", 0));
-        jv attr = arg(args, names, nargs, 1, "attribute", jv_undef(NULL));
-        jlist *l;
-        if (!epyq_jj_iter_list(r, v, &l)) return false;
-        epyq_sbuf b = {.max = r->max_output};
-        for (size_t i = 0; i < l->n; i++) {
-            jv item = l->v[i];
-            if (attr.t != JV_UNDEF && !get_path(r, item, attr, &item)) {
-                epyq_sbuf_free(&b);
-                return false;
-            }
-            if ((i && !epyq_jj_to_str(&b, sep)) || !epyq_jj_to_str(&b, item)) {
-                epyq_sbuf_free(&b);
-                return epyq_jj_nomem(r);
-            }
-        }
-        return epyq_jj_str_from_buf(r, &b, out);
-    }
-    case F_UPPER:
-    case F_LOWER:
-    case F_CAPITALIZE:
-    case F_TITLE: {
-        jv s;
-        if (!epyq_jj_stringify(r, v, &s)) return false;
-        int mode = fid == F_LOWER ? 0 : fid == F_UPPER ? 1 : fid == F_CAPITALIZE ? 2 : 3;
-        return map_case(r, s, mode, out);
-    }
-    case F_REPLACE: {
-        jv s, old = arg(args, names, nargs, 0, "old", jv_undef("old")), new = arg(args, names, nargs, 1, "new", jv_undef("new"));
-        jv cnt = arg(args, names, nargs, 2, "count", jv_none());
-        if (!epyq_jj_stringify(r, v, &s) || !epyq_jj_stringify(r, old, &old) || !epyq_jj_stringify(r, new, &new)) return false;
-        jv fn;
-        if (!epyq_jj_method(r, s, "replace", &fn)) return epyq_jj_fail(r, "replace is unavailable");
-        jv margs[3] = {old, new, cnt.t == JV_INT ? cnt : jv_int(-1)};
-        return epyq_jj_call_builtin(r, fn.u.fn, margs, NULL, 3, out);
-    }
-    case F_FIRST:
-    case F_LAST: {
-        jlist *l;
-        if (!epyq_jj_iter_list(r, v, &l)) return false;
-        if (!l->n) *out = jv_undef(fid == F_FIRST ? "No first item, sequence was empty." : "No last item, sequence was empty.");
-        else *out = l->v[fid == F_FIRST ? 0 : l->n - 1];
-        return true;
-    }
-    case F_LIST: {
-        jlist *l;
-        if (!copy_list(r, v, &l)) return false;
-        *out = make_list(l);
-        return true;
-    }
-    case F_REVERSE: {
-        if (v.t == JV_STR) {
-            jlist *chars;
-            if (!epyq_jj_iter_list(r, v, &chars)) return false;
-            epyq_sbuf b = {.max = r->max_output};
-            for (size_t i = chars->n; i-- > 0;)
-                if (!epyq_sbuf_add(&b, chars->v[i].u.s.p, chars->v[i].u.s.n)) {
-                    epyq_sbuf_free(&b);
-                    return epyq_jj_nomem(r);
-                }
-            return epyq_jj_str_from_buf(r, &b, out);
-        }
-        jlist *l;
-        if (!copy_list(r, v, &l)) return false;
-        for (size_t i = 0; i < l->n / 2; i++) {
-            jv t = l->v[i];
-            l->v[i] = l->v[l->n - 1 - i];
-            l->v[l->n - 1 - i] = t;
-        }
-        *out = make_list(l);
-        return true;
-    }
-    case F_ABS:
-        if (v.t == JV_INT) {
-            if (v.u.i == INT64_MIN) return epyq_jj_fail(r, "integer overflow in abs");
-            *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
-        } else if (v.t == JV_FLOAT) *out = jv_float(fabs(v.u.f));
-        else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
-        else return epyq_jj_fail(r, "bad operand type for abs(): '%s'", epyq_jj_type_name(v));
-        return true;
-    case F_INT: {
-        jv d = arg(args, names, nargs, 0, "default", jv_int(0));
-        if (v.t == JV_UNDEF) /* int(Undefined) raises in jinja2 */
-            return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
-        int64_t i;
-        double f;
-        if (v.t == JV_INT) *out = v;
-        else if (v.t == JV_BOOL) *out = jv_int(v.u.b);
-        else if (v.t == JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) *out = jv_int((int64_t)v.u.f);
-        else if (v.t == JV_STR && parse_int_str(v, &i)) *out = jv_int(i);
-        else if (v.t == JV_STR && parse_float_str(v, &f) && isfinite(f) && fabs(f) < 9.2e18) *out = jv_int((int64_t)f);
-        else *out = d;
-        return true;
-    }
-    case F_FLOAT: {
-        jv d = arg(args, names, nargs, 0, "default", jv_float(0.0));
-        if (v.t == JV_UNDEF)
-            return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
-        double f;
-        if (v.t == JV_FLOAT) *out = v;
-        else if (v.t == JV_INT || v.t == JV_BOOL) *out = jv_float(v.t == JV_INT ? (double)v.u.i : v.u.b);
-        else if (v.t == JV_STR && parse_float_str(v, &f)) *out = jv_float(f);
-        else *out = d;
-        return true;
-    }
-    case F_ROUND: {
-        jv prec = arg(args, names, nargs, 0, "precision", jv_int(0));
-        jv method = arg(args, names, nargs, 1, "method", jv_str("common", 6));
-        if (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL) return epyq_jj_fail(r, "round expects a number");
-        double x = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
-        int64_t p = prec.t == JV_INT ? prec.u.i : 0;
-        if (p < -300 || p > 300) p = p < 0 ? -300 : 300;
-        double scale = pow(10.0, (double)p);
-        if (method.t == JV_STR && method.u.s.n == 4 && !memcmp(method.u.s.p, "ceil", 4)) x = ceil(x * scale) / scale;
-        else if (method.t == JV_STR && method.u.s.n == 5 && !memcmp(method.u.s.p, "floor", 5)) x = floor(x * scale) / scale;
-        else if (p >= 0 && p <= 17) {
-            char buf[400];
-            snprintf(buf, sizeof buf, "%.*f", (int)p, x); /* round-half-even on the exact value */
-            x = strtod(buf, NULL);
-        } else x = nearbyint(x * scale) / scale;
-        *out = jv_float(x);
-        return true;
-    }
-    case F_ESCAPE: {
-        jv s;
-        if (!epyq_jj_stringify(r, v, &s)) return false;
-        epyq_sbuf b = {.max = r->max_output};
-        bool ok = true;
-        for (size_t i = 0; ok && i < s.u.s.n; i++) {
-            char c = s.u.s.p[i];
-            ok = c == '&' ? epyq_sbuf_adds(&b, "&amp;") : c == '<' ? epyq_sbuf_adds(&b, "&lt;")
-               : c == '>' ? epyq_sbuf_adds(&b, "&gt;") : c == '"' ? epyq_sbuf_adds(&b, "&#34;")
-               : c == '\'' ? epyq_sbuf_adds(&b, "&#39;") : epyq_sbuf_addc(&b, c);
-        }
-        if (!ok) {
+        if ((i && !epyq_jj_to_str(&b, sep)) || !epyq_jj_to_str(&b, item)) {
             epyq_sbuf_free(&b);
             return epyq_jj_nomem(r);
         }
-        return epyq_jj_str_from_buf(r, &b, out);
     }
-    case F_WORDCOUNT: {
-        jv s;
-        if (!epyq_jj_stringify(r, v, &s)) return false;
-        int64_t words = 0;
-        bool in = false;
-        for (size_t i = 0; i < s.u.s.n; i++) {
-            char c = s.u.s.p[i];
-            bool w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (unsigned char)c >= 0x80;
-            if (w && !in) words++;
-            in = w;
-        }
-        *out = jv_int(words);
-        return true;
-    }
-    case F_SELECT: return filter_items(r, args, nargs, false, true, out);
-    case F_REJECT: return filter_items(r, args, nargs, false, false, out);
-    case F_SELECTATTR: return filter_items(r, args, nargs, true, true, out);
-    case F_REJECTATTR: return filter_items(r, args, nargs, true, false, out);
-    case F_MAP: return do_map(r, sc, args, names, nargs, out);
-    case F_INDENT: {
-        /* jinja2 appends "\n" to the value itself: only strings work. */
-        if (v.t != JV_STR)
-            return epyq_jj_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'", epyq_jj_type_name(v));
-        return do_indent(r, v, arg(args, names, nargs, 0, "width", jv_int(4)),
-                         epyq_jj_truthy(arg(args, names, nargs, 1, "first", jv_bool(false))),
-                         epyq_jj_truthy(arg(args, names, nargs, 2, "blank", jv_bool(false))), out);
-    }
-    case F_SORT:
-    case F_UNIQUE:
-    case F_MIN:
-    case F_MAX:
-    case F_DICTSORT: {
-        bool dictsort = fid == F_DICTSORT;
-        bool reverse = fid == F_SORT || dictsort ? epyq_jj_truthy(arg(args, names, nargs, dictsort ? 2 : 0, "reverse", jv_bool(false))) : false;
-        bool cs = epyq_jj_truthy(arg(args, names, nargs, fid == F_SORT ? 1 : 0, "case_sensitive", jv_bool(false)));
-        jv attr = fid == F_SORT ? arg(args, names, nargs, 2, "attribute", jv_undef(NULL))
-                : dictsort ? jv_undef(NULL) : arg(args, names, nargs, 1, "attribute", jv_undef(NULL));
-        jlist *l;
-        if (dictsort) {
-            if (v.t != JV_DICT) return epyq_jj_fail(r, "dictsort expects a mapping");
-            jv by = arg(args, names, nargs, 1, "by", jv_str("key", 3));
-            if (!epyq_jj_apply_filter(r, sc, F_ITEMS, &v, NULL, 1, out)) return false;
-            l = out->u.l;
-            attr = jv_int(by.t == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5) ? 1 : 0);
-        } else if (!copy_list(r, v, &l)) {
-            return false;
-        }
-        jv *keys = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *keys);
-        if (!keys) return epyq_jj_nomem(r);
-        for (size_t i = 0; i < l->n; i++) {
-            keys[i] = l->v[i];
-            if (attr.t != JV_UNDEF && !get_path(r, l->v[i], attr, &keys[i])) return false;
-        }
-        if (fid == F_UNIQUE) {
-            jlist *u = epyq_jj_list_new(&r->ar, l->n);
-            jv *seen = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *seen);
-            if (!u || !seen) return epyq_jj_nomem(r);
-            size_t ns = 0;
-            for (size_t i = 0; i < l->n; i++) {
-                jv k = keys[i];
-                if (!cs && k.t == JV_STR && !map_case(r, k, 0, &k)) return false;
-                bool dup = false;
-                for (size_t j = 0; j < ns && !dup; j++) dup = epyq_jj_equal(seen[j], k);
-                if (!epyq_jj_count_step(r)) return false;
-                if (!dup) {
-                    seen[ns++] = k;
-                    u->v[u->n++] = l->v[i];
-                }
-            }
-            *out = make_list(u);
-            return true;
-        }
-        if (fid == F_MIN || fid == F_MAX) {
-            if (!l->n) {
-                *out = jv_undef("No aggregated item, sequence was empty.");
-                return true;
-            }
-            size_t best = 0;
-            for (size_t i = 1; i < l->n; i++) {
-                int c;
-                if (!cmp_for_sort(r, keys[i], keys[best], cs, &c)) return false;
-                if (fid == F_MIN ? c < 0 : c > 0) best = i;
-            }
-            *out = l->v[best];
-            return true;
-        }
-        if (!sort_by(r, l->v, keys, l->n, cs, reverse)) return false;
-        *out = make_list(l);
-        return true;
-    }
-    case F_SUM: {
-        jv attr = arg(args, names, nargs, 0, "attribute", jv_undef(NULL));
-        jv acc = arg(args, names, nargs, 1, "start", jv_int(0));
-        jlist *l;
-        if (!epyq_jj_iter_list(r, v, &l)) return false;
-        for (size_t i = 0; i < l->n; i++) {
-            jv item = l->v[i];
-            if (attr.t != JV_UNDEF && !get_path(r, item, attr, &item)) return false;
-            if (acc.t == JV_INT && item.t == JV_INT) {
-                if (__builtin_add_overflow(acc.u.i, item.u.i, &acc.u.i)) return epyq_jj_fail(r, "integer overflow in sum");
-            } else if ((acc.t == JV_INT || acc.t == JV_FLOAT) && (item.t == JV_INT || item.t == JV_FLOAT)) {
-                acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) + (item.t == JV_INT ? (double)item.u.i : item.u.f));
-            } else {
-                return epyq_jj_fail(r, "unsupported operand type(s) for +: '%s' and '%s'", epyq_jj_type_name(acc), epyq_jj_type_name(item));
-            }
-        }
-        *out = acc;
-        return true;
-    }
-    }
-    return epyq_jj_fail(r, "filter '%s' is not implemented", filter_name(fid));
+    return epyq_jj_str_from_buf(r, &b, out);
 }
 
-bool epyq_jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out) {
-    jv v = args[0];
-    jv a = nargs > 1 ? args[1] : jv_undef("test argument");
-    int c = 0;
-    switch ((test_id)tid) {
-    case T_DEFINED: *out = v.t != JV_UNDEF; return true;
-    case T_UNDEFINED: *out = v.t == JV_UNDEF; return true;
-    case T_NONE: *out = v.t == JV_NONE; return true;
-    case T_BOOLEAN: *out = v.t == JV_BOOL; return true;
-    case T_TRUE: *out = v.t == JV_BOOL && v.u.b; return true;
-    case T_FALSE: *out = v.t == JV_BOOL && !v.u.b; return true;
-    case T_INTEGER: *out = v.t == JV_INT; return true;
-    case T_FLOAT: *out = v.t == JV_FLOAT; return true;
-    case T_NUMBER: *out = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; return true;
-    case T_STRING: *out = v.t == JV_STR; return true;
-    case T_MAPPING: *out = v.t == JV_DICT; return true;
-    /* jinja2's Undefined defines __len__, __iter__ and __getitem__, so it passes these two. */
-    case T_SEQUENCE: *out = v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF; return true;
-    case T_ITERABLE: *out = v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF; return true;
-    case T_CALLABLE: *out = v.t == JV_MACRO || v.t == JV_FUNC || v.t == JV_UNDEF; return true;
-    case T_ESCAPED: *out = false; return true;
-    case T_SAMEAS:
-        /* Python identity: small ints, None and bools are singletons; containers by pointer. */
-        if (v.t != a.t) *out = false;
-        else if (v.t == JV_STR) *out = v.u.s.p == a.u.s.p && v.u.s.n == a.u.s.n;
-        else *out = epyq_jj_equal(v, a);
-        return true;
-    case T_ODD:
-    case T_EVEN:
-    case T_DIVISIBLEBY: {
-        if (v.t != JV_INT && v.t != JV_BOOL) return epyq_jj_fail(r, "test expects an integer, got %s", epyq_jj_type_name(v));
-        int64_t x = v.t == JV_INT ? v.u.i : v.u.b;
-        if (tid == T_DIVISIBLEBY) {
-            if (a.t != JV_INT || a.u.i == 0) return epyq_jj_fail(r, "divisibleby expects a non-zero integer");
-            *out = a.u.i == -1 || x % a.u.i == 0;
-        } else {
-            *out = (x % 2 != 0) == (tid == T_ODD);
+/* upper, lower, capitalize, title (fc->mode: JJ_CASE_*) */
+static bool f_case(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv s;
+    if (!epyq_jj_stringify(r, v, &s)) return false;
+    return epyq_jj_map_case(r, s, fc->mode, out);
+}
+
+/* replace */
+static bool f_replace(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv s, old = arg(fc, 0, "old", jv_undef("old")), new = arg(fc, 1, "new", jv_undef("new"));
+    jv cnt = arg(fc, 2, "count", jv_none());
+    if (!epyq_jj_stringify(r, v, &s) || !epyq_jj_stringify(r, old, &old) ||
+        !epyq_jj_stringify(r, new, &new))
+        return false;
+    jv fn;
+    if (!epyq_jj_method(r, s, "replace", &fn)) return epyq_jj_fail(r, "replace is unavailable");
+    jv margs[3] = {old, new, cnt.t == JV_INT ? cnt : jv_int(-1)};
+    return epyq_jj_call_builtin(r, fn.u.fn, margs, NULL, 3, out);
+}
+
+/* first, last (fc->mode: 0 first, 1 last) */
+static bool f_first_last(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jlist *l;
+    if (!epyq_jj_iter_list(r, v, &l)) return false;
+    if (!l->n)
+        *out = jv_undef(fc->mode == 0 ? "No first item, sequence was empty."
+                                      : "No last item, sequence was empty.");
+    else
+        *out = l->v[fc->mode == 0 ? 0 : l->n - 1];
+    return true;
+}
+
+/* list */
+static bool f_list(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jlist *l;
+    if (!copy_list(r, v, &l)) return false;
+    *out = jv_list(l, false);
+    return true;
+}
+
+/* reverse */
+static bool f_reverse(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    if (v.t == JV_STR) {
+        jlist *chars;
+        if (!epyq_jj_iter_list(r, v, &chars)) return false;
+        epyq_sbuf b = {.max = r->max_output};
+        for (size_t i = chars->n; i-- > 0;)
+            if (!epyq_sbuf_add(&b, chars->v[i].u.s.p, chars->v[i].u.s.n)) {
+                epyq_sbuf_free(&b);
+                return epyq_jj_nomem(r);
+            }
+        return epyq_jj_str_from_buf(r, &b, out);
+    }
+    jlist *l;
+    if (!copy_list(r, v, &l)) return false;
+    for (size_t i = 0; i < l->n / 2; i++) {
+        jv t = l->v[i];
+        l->v[i] = l->v[l->n - 1 - i];
+        l->v[l->n - 1 - i] = t;
+    }
+    *out = jv_list(l, false);
+    return true;
+}
+
+/* abs */
+static bool f_abs(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    if (v.t == JV_INT) {
+        if (v.u.i == INT64_MIN) return epyq_jj_fail(r, "integer overflow in abs");
+        *out = jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
+    } else if (v.t == JV_FLOAT)
+        *out = jv_float(fabs(v.u.f));
+    else if (v.t == JV_BOOL)
+        *out = jv_int(v.u.b);
+    else
+        return epyq_jj_fail(r, "bad operand type for abs(): '%s'", epyq_jj_type_name(v));
+    return true;
+}
+
+/* int */
+static bool f_int(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv d = arg(fc, 0, "default", jv_int(0));
+    if (v.t == JV_UNDEF) /* int(Undefined) raises in jinja2 */
+        return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
+    int64_t i;
+    double f;
+    if (v.t == JV_INT) *out = v;
+    else if (v.t == JV_BOOL)
+        *out = jv_int(v.u.b);
+    else if (v.t == JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18)
+        *out = jv_int((int64_t)v.u.f);
+    else if (v.t == JV_STR && parse_int_str(v, &i))
+        *out = jv_int(i);
+    else if (v.t == JV_STR && parse_float_str(v, &f) && isfinite(f) && fabs(f) < 9.2e18)
+        *out = jv_int((int64_t)f);
+    else
+        *out = d;
+    return true;
+}
+
+/* float */
+static bool f_float(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv d = arg(fc, 0, "default", jv_float(0.0));
+    if (v.t == JV_UNDEF)
+        return epyq_jj_fail(r, "'%.*s' is undefined", (int)v.u.s.n, v.u.s.p ? v.u.s.p : "value");
+    double f;
+    if (v.t == JV_FLOAT) *out = v;
+    else if (v.t == JV_INT || v.t == JV_BOOL)
+        *out = jv_float(v.t == JV_INT ? (double)v.u.i : v.u.b);
+    else if (v.t == JV_STR && parse_float_str(v, &f))
+        *out = jv_float(f);
+    else
+        *out = d;
+    return true;
+}
+
+/* round */
+static bool f_round(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv prec = arg(fc, 0, "precision", jv_int(0));
+    jv method = arg(fc, 1, "method", jv_str("common", 6));
+    if (v.t != JV_INT && v.t != JV_FLOAT && v.t != JV_BOOL)
+        return epyq_jj_fail(r, "round expects a number");
+    double x = v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.u.b;
+    int64_t p = prec.t == JV_INT ? prec.u.i : 0;
+    if (p < -300 || p > 300) p = p < 0 ? -300 : 300;
+    double scale = pow(10.0, (double)p);
+    if (method.t == JV_STR && method.u.s.n == 4 && !memcmp(method.u.s.p, "ceil", 4))
+        x = ceil(x * scale) / scale;
+    else if (method.t == JV_STR && method.u.s.n == 5 && !memcmp(method.u.s.p, "floor", 5))
+        x = floor(x * scale) / scale;
+    else if (p >= 0 && p <= 17) {
+        char buf[400];
+        snprintf(buf, sizeof buf, "%.*f", (int)p, x); /* round-half-even on the exact value */
+        x = strtod(buf, NULL);
+    } else
+        x = nearbyint(x * scale) / scale;
+    *out = jv_float(x);
+    return true;
+}
+
+/* escape */
+static bool f_escape(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv s;
+    if (!epyq_jj_stringify(r, v, &s)) return false;
+    epyq_sbuf b = {.max = r->max_output};
+    bool ok = true;
+    for (size_t i = 0; ok && i < s.u.s.n; i++) {
+        char c = s.u.s.p[i];
+        ok = c == '&'    ? epyq_sbuf_adds(&b, "&amp;")
+             : c == '<'  ? epyq_sbuf_adds(&b, "&lt;")
+             : c == '>'  ? epyq_sbuf_adds(&b, "&gt;")
+             : c == '"'  ? epyq_sbuf_adds(&b, "&#34;")
+             : c == '\'' ? epyq_sbuf_adds(&b, "&#39;")
+                         : epyq_sbuf_addc(&b, c);
+    }
+    if (!ok) {
+        epyq_sbuf_free(&b);
+        return epyq_jj_nomem(r);
+    }
+    return epyq_jj_str_from_buf(r, &b, out);
+}
+
+/* wordcount */
+static bool f_wordcount(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv s;
+    if (!epyq_jj_stringify(r, v, &s)) return false;
+    int64_t words = 0;
+    bool in = false;
+    for (size_t i = 0; i < s.u.s.n; i++) {
+        char c = s.u.s.p[i];
+        bool w = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 c == '_' || (unsigned char)c >= 0x80;
+        if (w && !in) words++;
+        in = w;
+    }
+    *out = jv_int(words);
+    return true;
+}
+
+/* indent */
+static bool f_indent(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    /* jinja2 appends "\n" to the value itself: only strings work. */
+    if (v.t != JV_STR)
+        return epyq_jj_fail(r, "unsupported operand type(s) for +=: '%s' and 'str'",
+                            epyq_jj_type_name(v));
+    return do_indent(r, v, arg(fc, 0, "width", jv_int(4)),
+                     epyq_jj_truthy(arg(fc, 1, "first", jv_bool(false))),
+                     epyq_jj_truthy(arg(fc, 2, "blank", jv_bool(false))), out);
+}
+
+/* sort, unique, min, max, dictsort (fc->mode: AGG_*): one body, since all five read the
+ * items, pick each one's key (attribute= or the dictsort column) and compare keys the same way. */
+static bool f_aggregate(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    int kind = fc->mode;
+    bool dictsort = kind == AGG_DICTSORT;
+    bool reverse = kind == AGG_SORT || dictsort
+                       ? epyq_jj_truthy(arg(fc, dictsort ? 2 : 0, "reverse", jv_bool(false)))
+                       : false;
+    bool cs = epyq_jj_truthy(arg(fc, kind == AGG_SORT ? 1 : 0, "case_sensitive", jv_bool(false)));
+    jv attr = kind == AGG_SORT ? arg(fc, 2, "attribute", jv_undef(NULL))
+              : dictsort       ? jv_undef(NULL)
+                               : arg(fc, 1, "attribute", jv_undef(NULL));
+    jlist *l;
+    if (dictsort) {
+        if (v.t != JV_DICT) return epyq_jj_fail(r, "dictsort expects a mapping");
+        jv by = arg(fc, 1, "by", jv_str("key", 3));
+        if (!f_items(&(fcall){.r = r, .args = &v, .nargs = 1}, out)) return false;
+        l = out->u.l;
+        attr = jv_int(by.t == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5) ? 1 : 0);
+    } else if (!copy_list(r, v, &l)) {
+        return false;
+    }
+    jv *keys = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *keys);
+    if (!keys) return epyq_jj_nomem(r);
+    for (size_t i = 0; i < l->n; i++) {
+        keys[i] = l->v[i];
+        if (attr.t != JV_UNDEF && !get_path(r, l->v[i], attr, &keys[i])) return false;
+    }
+    if (kind == AGG_UNIQUE) {
+        jlist *u = epyq_jj_list_new(&r->ar, l->n);
+        jv *seen = epyq_jj_alloc_array(&r->ar, l->n ? l->n : 1, sizeof *seen);
+        if (!u || !seen) return epyq_jj_nomem(r);
+        size_t ns = 0;
+        for (size_t i = 0; i < l->n; i++) {
+            jv k = keys[i];
+            if (!cs && k.t == JV_STR && !epyq_jj_map_case(r, k, JJ_CASE_LOWER, &k)) return false;
+            bool dup = false;
+            for (size_t j = 0; j < ns && !dup; j++) dup = epyq_jj_equal(seen[j], k);
+            if (!epyq_jj_count_step(r)) return false;
+            if (!dup) {
+                seen[ns++] = k;
+                u->v[u->n++] = l->v[i];
+            }
         }
+        *out = jv_list(u, false);
         return true;
     }
-    case T_IN: {
-        /* Same rules as the `in` operator (jinja_eval.c). */
-        if (a.t == JV_STR) {
-            if (v.t != JV_STR) return epyq_jj_fail(r, "'in <string>' requires string as left operand");
-            *out = !v.u.s.n || memmem(a.u.s.p, a.u.s.n, v.u.s.p, v.u.s.n);
-        } else if (a.t == JV_LIST) {
-            *out = false;
-            for (size_t i = 0; i < a.u.l->n && !*out; i++) *out = epyq_jj_equal(a.u.l->v[i], v);
-        } else if (a.t == JV_DICT) {
-            *out = epyq_jj_dict_get(a.u.d, v) != NULL;
-        } else if (a.t == JV_UNDEF) {
-            *out = false;
-        } else {
-            return epyq_jj_fail(r, "argument of type '%s' is not iterable", epyq_jj_type_name(a));
-        }
-        return true;
-    }
-    case T_EQ: *out = epyq_jj_equal(v, a); return true;
-    case T_NE: *out = !epyq_jj_equal(v, a); return true;
-    case T_LT:
-    case T_LE:
-    case T_GT:
-    case T_GE:
-        if (!epyq_jj_compare(r, v, a, &c)) return false;
-        *out = tid == T_LT ? c < 0 : tid == T_LE ? c <= 0 : tid == T_GT ? c > 0 : c >= 0;
-        return true;
-    case T_LOWER:
-    case T_UPPER: {
-        jv s, m;
-        if (!epyq_jj_stringify(r, v, &s) || !map_case(r, s, tid == T_LOWER ? 0 : 1, &m)) return false;
-        /* islower(): has a cased character and equals its lower-cased form (ASCII-level check). */
-        bool cased = false;
-        for (size_t i = 0; i < s.u.s.n; i++) {
-            char ch = s.u.s.p[i];
-            cased |= (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (unsigned char)ch >= 0x80;
-        }
-        *out = cased && epyq_jj_equal(s, m);
-        return true;
-    }
-    case T_FILTER:
-    case T_TEST: {
-        if (v.t != JV_STR) {
-            *out = false;
+    if (kind == AGG_MIN || kind == AGG_MAX) {
+        if (!l->n) {
+            *out = jv_undef("No aggregated item, sequence was empty.");
             return true;
         }
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)v.u.s.n, v.u.s.p);
-        *out = tid == T_FILTER ? epyq_jj_filter_id(name) >= 0 : epyq_jj_test_id(name) >= 0;
+        size_t best = 0;
+        for (size_t i = 1; i < l->n; i++) {
+            int c;
+            if (!cmp_for_sort(r, keys[i], keys[best], cs, &c)) return false;
+            if (kind == AGG_MIN ? c < 0 : c > 0) best = i;
+        }
+        *out = l->v[best];
         return true;
     }
+    if (!sort_by(r, l->v, keys, l->n, cs, reverse)) return false;
+    *out = jv_list(l, false);
+    return true;
+}
+
+/* sum */
+static bool f_sum(const fcall *fc, jv *out) {
+    jrender *r = fc->r;
+    jv v = fc->args[0];
+    jv attr = arg(fc, 0, "attribute", jv_undef(NULL));
+    jv acc = arg(fc, 1, "start", jv_int(0));
+    jlist *l;
+    if (!epyq_jj_iter_list(r, v, &l)) return false;
+    for (size_t i = 0; i < l->n; i++) {
+        jv item = l->v[i];
+        if (attr.t != JV_UNDEF && !get_path(r, item, attr, &item)) return false;
+        if (acc.t == JV_INT && item.t == JV_INT) {
+            if (__builtin_add_overflow(acc.u.i, item.u.i, &acc.u.i))
+                return epyq_jj_fail(r, "integer overflow in sum");
+        } else if ((acc.t == JV_INT || acc.t == JV_FLOAT) &&
+                   (item.t == JV_INT || item.t == JV_FLOAT)) {
+            acc = jv_float((acc.t == JV_INT ? (double)acc.u.i : acc.u.f) +
+                           (item.t == JV_INT ? (double)item.u.i : item.u.f));
+        } else {
+            return epyq_jj_fail(r, "unsupported operand type(s) for +: '%s' and '%s'",
+                                epyq_jj_type_name(acc), epyq_jj_type_name(item));
+        }
     }
-    return epyq_jj_fail(r, "unknown test");
+    *out = acc;
+    return true;
+}
+
+/* safe, string: str(v) (safe would be Markup(str(v)); autoescape is off) */
+static bool f_string(const fcall *fc, jv *out) {
+    return epyq_jj_stringify(fc->r, fc->args[0], out);
+}
+
+static const struct {
+    const char *name;
+    bool (*fn)(const fcall *fc, jv *out);
+    int mode;
+} FILTERS[] = {
+    {"abs", f_abs, 0},
+    {"capitalize", f_case, JJ_CASE_CAPITALIZE},
+    {"count", f_length, 0},
+    {"d", f_default, 0},
+    {"default", f_default, 0},
+    {"dictsort", f_aggregate, AGG_DICTSORT},
+    {"e", f_escape, 0},
+    {"escape", f_escape, 0},
+    {"first", f_first_last, 0},
+    {"float", f_float, 0},
+    {"indent", f_indent, 0},
+    {"int", f_int, 0},
+    {"items", f_items, 0},
+    {"join", f_join, 0},
+    {"last", f_first_last, 1},
+    {"length", f_length, 0},
+    {"list", f_list, 0},
+    {"lower", f_case, JJ_CASE_LOWER},
+    {"map", f_map, 0},
+    {"max", f_aggregate, AGG_MAX},
+    {"min", f_aggregate, AGG_MIN},
+    {"reject", f_select, 0},
+    {"rejectattr", f_select, SEL_ATTR},
+    {"replace", f_replace, 0},
+    {"reverse", f_reverse, 0},
+    {"round", f_round, 0},
+    {"safe", f_string, 0},
+    {"select", f_select, SEL_KEEP},
+    {"selectattr", f_select, SEL_ATTR | SEL_KEEP},
+    {"sort", f_aggregate, AGG_SORT},
+    {"string", f_string, 0},
+    {"sum", f_sum, 0},
+    {"title", f_case, JJ_CASE_TITLE},
+    {"tojson", f_tojson, 0},
+    {"trim", f_trim, 0},
+    {"unique", f_aggregate, AGG_UNIQUE},
+    {"upper", f_case, JJ_CASE_UPPER},
+    {"wordcount", f_wordcount, 0},
+};
+
+enum { NFILTERS = sizeof FILTERS / sizeof FILTERS[0] };
+
+int epyq_jj_filter_id(const char *name) {
+    for (size_t i = 0; i < NFILTERS; i++)
+        if (!strcmp(FILTERS[i].name, name)) return (int)i;
+    return -1;
+}
+
+bool epyq_jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names,
+                          size_t nargs, jv *out) {
+    if (fid < 0 || fid >= NFILTERS) return epyq_jj_fail(r, "no filter with id %d", fid);
+    const fcall fc = {
+        .r = r, .sc = sc, .mode = FILTERS[fid].mode, .args = args, .names = names, .nargs = nargs};
+    return FILTERS[fid].fn(&fc, out);
 }
