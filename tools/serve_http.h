@@ -19,7 +19,7 @@
 #include "chat/chat.h"
 #include "core/status.h"
 #include "engine/runner.h"
-#include "load/config.h"
+#include "load/model_config.h"
 #include "tok/tokenizer.h"
 
 typedef struct {

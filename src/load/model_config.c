@@ -1,6 +1,6 @@
-/* src/load/config.c — config.json (top level + text_config) and generation_config.json
- * (see config.h). The quantisation block is handed to qconfig.c. */
-#include "load/config.h"
+/* src/load/model_config.c — config.json (top level + text_config) and generation_config.json
+ * (see model_config.h). The quantisation block is handed to qconfig.c. */
+#include "load/model_config.h"
 
 #include <math.h>
 #include <stdio.h>

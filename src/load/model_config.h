@@ -1,4 +1,4 @@
-/* src/load/config.h — config.json / generation_config.json / quantization_config.
+/* src/load/model_config.h — config.json / generation_config.json / quantization_config.
  *
  * Promise: epyq_config_load() reads the folder's config.json (top level and text_config),
  * generation_config.json (optional) and the quantisation block (quantization_config in
@@ -7,8 +7,8 @@
  * layer_types length == num_hidden_layers), and detects the weight format. Any quantisation
  * scheme outside what the kernels implement is refused with EPYQ_E_QUANT naming the method,
  * bits, group size or format — never best effort. */
-#ifndef EPYQ_CONFIG_H
-#define EPYQ_CONFIG_H
+#ifndef EPYQ_LOAD_MODEL_CONFIG_H
+#define EPYQ_LOAD_MODEL_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps,
                           float *y) {

@@ -8,8 +8,8 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 #define TRY(x)                          \
     do {                                \

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 epyq_status epyq_model_mtp(epyq_model *m, epyq_seq *s, int32_t n, const float *h,
                            const int32_t *tok, const int32_t *pos, int32_t n_logits,

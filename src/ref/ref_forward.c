@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "model/tensor_f32.h"
+#include "load/tensor_f32.h"
 
 /* A decoded Linear: y = W·x with w [n][k]. */
 typedef struct {

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "load/config.h"
+#include "load/model_config.h"
 #include "load/safetensors.h"
 
 /* Model dimensions: 2 layers (DeltaNet, full attention), every in_features = 128. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "load/config.h"
+#include "load/model_config.h"
 #include "tests/files/tiny_ckpt.h"
 
 /* The tiny model's config.json for fmt with the first `from` replaced by `to` (NULL: none). */

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load/tensor_f32.h"
 #include "load/weights.h"
 #include "model/model.h"
-#include "model/tensor_f32.h"
 #include "tests/e2e/synth_model.h"
 
 static const int32_t IDS[] = {3, 17, 200, 45, 999, 8, 61, 512, 77, 5};
