@@ -322,6 +322,29 @@ done:
     return st;
 }
 
+epyq_dims epyq_config_dims(const epyq_config *c) {
+    epyq_dims d = {
+        .H = c->hidden_size,
+        .V = c->vocab_size,
+        .L = c->num_hidden_layers,
+        .nq = c->num_attention_heads,
+        .nkv = c->num_key_value_heads,
+        .hd = c->head_dim,
+        .rd = c->rotary_dim,
+        .Hk = c->lin_num_key_heads,
+        .Hv = c->lin_num_value_heads,
+        .Dk = c->lin_key_head_dim,
+        .Dv = c->lin_value_head_dim,
+        .Kc = c->conv_kernel,
+        .E = c->num_experts,
+        .topk = c->num_experts_per_tok,
+        .I = c->moe_intermediate_size,
+        .Is = c->shared_expert_intermediate_size,
+    };
+    d.conv_dim = 2 * d.Hk * d.Dk + d.Hv * d.Dv;
+    return d;
+}
+
 void epyq_config_free(epyq_config *cfg) {
     if (!cfg) return;
     epyq_qconfig_free(cfg->qc);

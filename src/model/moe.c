@@ -45,7 +45,7 @@ typedef struct {
 
 static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, const epyq_rlin **up,
                         const epyq_rlin **down) {
-    bool shared = e == j->m->E;
+    bool shared = e == j->m->d.E;
     *gate = shared ? &j->mw->sh_gate : &j->mw->gate[e];
     *up = shared ? &j->mw->sh_up : &j->mw->up[e];
     *down = shared ? &j->mw->sh_down : &j->mw->down[e];
@@ -53,7 +53,7 @@ static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, con
 
 /* int8 activations only in the routed experts (see epyq_model_opts.path) */
 static epyq_numpath expert_path(const moe_job *j, int32_t e) {
-    return e == j->m->E ? EPYQ_PATH_A16 : j->m->path;
+    return e == j->m->d.E ? EPYQ_PATH_A16 : j->m->path;
 }
 
 /* Rows [r0, r1) of piece `piece` of n rows in p pieces, whole 16-row tiles. */
@@ -67,7 +67,7 @@ static void piece_rows(int32_t n, int32_t piece, int32_t p, int32_t *r0, int32_t
 /* The input rows of a task's entries [base, base + n): xg [n][H], in the act-order column
  * order of the expert's gate/up when they have one (perm, see epyq_rlin_load_expert). */
 static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t *perm, float *xg) {
-    int32_t H = j->m->H;
+    int32_t H = j->m->d.H;
     for (int32_t r = 0; r < n; r++) {
         const float *x = j->x + (size_t)j->ent_tok[base + r] * H;
         if (perm)
@@ -81,7 +81,7 @@ static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t
 static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, const int32_t *perm,
                        float *xg, epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
-    int32_t H = m->H;
+    int32_t H = m->d.H;
     gather_rows(j, base, n, perm, xg);
     *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
     *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
@@ -129,7 +129,7 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     const moe_task_t *tk = &j->tasks[task];
     const epyq_rlin *gate, *up, *down;
     expert_lins(j, tk->e, &gate, &up, &down);
-    int32_t n = tk->n, H = m->H, base = j->e_off[tk->e] + tk->off;
+    int32_t n = tk->n, H = m->d.H, base = j->e_off[tk->e] + tk->off;
     float *xg = malloc((size_t)n * H * sizeof(float)), *y = malloc((size_t)n * H * sizeof(float));
     const float *rw = j->ent_w + base; /* routing weights of the task's entries, in order */
     void *abuf = NULL, *scratch = NULL;
@@ -167,7 +167,8 @@ static piece_t piece_of(const moe_job *j, int32_t task, bool rows_of_down) {
     expert_lins(j, pc.tk->e, &pc.gate, &pc.up, &pc.down);
     pc.n = pc.tk->n, pc.base = j->e_off[pc.tk->e] + pc.tk->off;
     piece_rows(rows_of_down ? pc.down->n : pc.gate->n, task % j->pieces, j->pieces, &pc.r0, &pc.r1);
-    pc.scratch = epyq_model_alloc(j->m->kt->w4_expert_scratch_bytes(pc.n, pc.gate->n, j->m->H), 1);
+    pc.scratch =
+        epyq_model_alloc(j->m->kt->w4_expert_scratch_bytes(pc.n, pc.gate->n, j->m->d.H), 1);
     return pc;
 }
 
@@ -177,7 +178,7 @@ static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
     moe_job *j = ctx;
     const epyq_model *m = j->m;
     piece_t pc = piece_of(j, task, false);
-    float *xg = malloc((size_t)pc.n * m->H * sizeof(float));
+    float *xg = malloc((size_t)pc.n * m->d.H * sizeof(float));
     void *abuf = NULL;
     epyq_act xa;
     bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), pc.gate->perm, xg, &xa,
@@ -196,8 +197,9 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker) {
     const epyq_model *m = j->m;
     piece_t pc = piece_of(j, task, true);
     if (pc.scratch)
-        m->kt->w4_expert_down(&pc.down->w4, pc.r0, pc.r1, 0, pc.gate->n, j->h + (size_t)pc.base * j->ld_h, pc.n,
-                              expert_path(j, pc.tk->e), j->ent_w + pc.base, j->ye + (size_t)pc.base * m->H, m->H,
+        m->kt->w4_expert_down(&pc.down->w4, pc.r0, pc.r1, 0, pc.gate->n,
+                              j->h + (size_t)pc.base * j->ld_h, pc.n, expert_path(j, pc.tk->e),
+                              j->ent_w + pc.base, j->ye + (size_t)pc.base * m->d.H, m->d.H,
                               pc.scratch);
     else
         atomic_store(&j->failed, 1);
@@ -222,11 +224,11 @@ static int32_t split_pieces(int32_t n_tasks, int32_t P) {
 /* softmax over E, top-k by probability (ties to the lower id), renormalised */
 static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float *w) {
     double mx = -INFINITY, tot = 0.0;
-    double p[1024];
+    double p[EPYQ_MAX_EXPERTS];
     for (int32_t e = 0; e < E; e++) mx = logit[e] > mx ? logit[e] : mx;
     /* the softmax normaliser cancels in the renormalisation, so it is never formed */
     for (int32_t e = 0; e < E; e++) p[e] = exp(logit[e] - mx);
-    uint64_t taken[16] = {0};
+    uint64_t taken[EPYQ_MAX_EXPERTS / 64] = {0};
     for (int32_t i = 0; i < k; i++) {
         int32_t best = -1;
         for (int32_t e = 0; e < E; e++)
@@ -240,8 +242,10 @@ static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float 
 
 epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, const float *x,
                            float *out, epyq_err *err) {
-    int32_t E = m->E, K = m->topk, H = m->H, S = K + 1;
-    if (E > 1024) return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "MoE: %d experts (at most 1024)", E);
+    int32_t E = m->d.E, K = m->d.topk, H = m->d.H, S = K + 1;
+    if (E > EPYQ_MAX_EXPERTS)
+        return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "MoE: %d experts (at most %d)", E,
+                            EPYQ_MAX_EXPERTS);
     size_t n_ent = (size_t)T * S;
     float *logit = epyq_model_alloc((size_t)T * E, sizeof(float));
     float *sg = epyq_model_alloc((size_t)T, sizeof(float));
@@ -303,7 +307,7 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
                       (numa_layer >= 0 || mw->gate[0].q4);
             j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
             if (j.pieces > 1) {
-                j.ld_h = m->I > m->Is ? m->I : m->Is;
+                j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
                 j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
                 j.ye = epyq_model_alloc(n_ent * (size_t)H, sizeof(float));
                 if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
