@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/e2e/synth_model.h"
 #include "tests/testutil.h"
@@ -129,14 +130,7 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("e2e_logits");
-    TCase *tc = tcase_create("cli");
-    tcase_add_test(tc, test_exit_codes);
-    tcase_add_test(tc, test_fixture_ct);
-    tcase_add_test(tc, test_synth_ref_vs_runtime);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "cli", 0);
+    EPYQ_TESTS_ADD(tc, test_exit_codes, test_fixture_ct, test_synth_ref_vs_runtime);
+    return epyq_test_run(s);
 }

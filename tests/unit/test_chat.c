@@ -14,6 +14,7 @@
 
 #include "chat/chat.h"
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
@@ -352,18 +353,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("chat");
-    TCase *tc = tcase_create("chat");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, fixture_chat_cases);
-    tcase_add_test(tc, fixture_real_reference);
-    tcase_add_test(tc, template_behaviour);
-    tcase_add_test(tc, template_raises);
-    tcase_add_test(tc, prompt_opens_think);
-    tcase_add_test(tc, cli_template);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "chat", 120);
+    EPYQ_TESTS_ADD(tc, fixture_chat_cases, fixture_real_reference, template_behaviour,
+                   template_raises, prompt_opens_think, cli_template);
+    return epyq_test_run(s);
 }

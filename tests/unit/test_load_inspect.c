@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
@@ -315,20 +316,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_inspect");
-    TCase *tc = tcase_create("inspect");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, good_folder);
-    tcase_add_test(tc, bad_folder);
-    tcase_add_test(tc, scales_checked_by_default);
-    tcase_add_test(tc, zero_points_checked_by_default);
-    tcase_add_test(tc, gidx_checked_by_default);
-    tcase_add_test(tc, unexpected_tensors_listed);
-    tcase_add_test(tc, usage);
-    tcase_add_test(tc, fixture_folders);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "inspect", 120);
+    EPYQ_TESTS_ADD(tc, good_folder, bad_folder, scales_checked_by_default,
+                   zero_points_checked_by_default, gidx_checked_by_default,
+                   unexpected_tensors_listed, usage, fixture_folders);
+    return epyq_test_run(s);
 }

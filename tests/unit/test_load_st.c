@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "load/safetensors.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
@@ -346,21 +347,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_st");
-    TCase *tc = tcase_create("safetensors");
-    tcase_add_test(tc, valid_header);
-    tcase_add_test(tc, truncation_everywhere);
-    tcase_add_test(tc, header_length);
-    tcase_add_test(tc, offsets);
-    tcase_add_test(tc, shapes_and_dtypes);
-    tcase_add_test(tc, json_rules);
-    tcase_add_test(tc, folder_ok);
-    tcase_add_test(tc, index_mismatch);
-    tcase_add_test(tc, same_tensor_in_two_shards);
-    tcase_add_test(tc, truncated_shard_file);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "safetensors", 0);
+    EPYQ_TESTS_ADD(tc, valid_header, truncation_everywhere, header_length, offsets,
+                   shapes_and_dtypes, json_rules, folder_ok, index_mismatch,
+                   same_tensor_in_two_shards, truncated_shard_file);
+    return epyq_test_run(s);
 }

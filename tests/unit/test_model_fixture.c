@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
@@ -125,13 +126,8 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("model_fixture");
-    TCase *tc = tcase_create("fixtures");
+    TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_fixture_a16, f0, f1);
     tcase_add_loop_test(tc, test_fixture_a8, f0, f1);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

@@ -9,6 +9,7 @@
 
 #include "load/weights.h"
 #include "ref/ref_forward.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
@@ -142,13 +143,8 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("model_ref");
-    TCase *tc = tcase_create("fixtures");
+    TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_ref_fixture, f0, f1);
     tcase_add_test(tc, test_ref_errors);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "benchmarks/dnnl_gemm.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static char probe[4096];
@@ -138,13 +139,7 @@ int main(void) {
         return 1;
     }
     Suite *s = suite_create("omp_runtime");
-    TCase *tc = tcase_create("dnnl");
-    tcase_add_test(tc, test_dnnl_binds_to_libomp);
-    tcase_add_test(tc, test_no_spinning_after_gemm);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "dnnl", 0);
+    EPYQ_TESTS_ADD(tc, test_dnnl_binds_to_libomp, test_no_spinning_after_gemm);
+    return epyq_test_run(s);
 }
