@@ -16,9 +16,6 @@
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
-static const char *const folders[] = {"tiny-bf16", "tiny-bf16-fused", "tiny-gptq", "tiny-ct",
-                                      "tiny-quark"};
-
 static void expect_dist(const char *what, const conform_stats *s) {
     ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean,
                   s->kl_max);
@@ -101,30 +98,14 @@ static void check_folder(const char *name, epyq_numpath path) {
     epyq_model_free(m);
 }
 
-START_TEST(test_fixture_a16) { check_folder(folders[_i], EPYQ_PATH_A16); }
+START_TEST(test_fixture_a16) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A16); }
 END_TEST
-START_TEST(test_fixture_a8) { check_folder(folders[_i], EPYQ_PATH_A8); }
+START_TEST(test_fixture_a8) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A8); }
 END_TEST
-
-/* Every case here reads the fixtures, so with none of the selected folders present nothing was
- * tested: exit 77 for automake to count a SKIP instead of reporting a PASS. */
-static bool any_folder(int f0, int f1) {
-    char sub[256];
-    for (int i = f0; i < f1; i++) {
-        snprintf(sub, sizeof sub, "fixtures/models/%s", folders[i]);
-        if (epyq_test_shared(sub)) return true;
-    }
-    return false;
-}
 
 int main(void) {
-    int nf = (int)(sizeof folders / sizeof folders[0]);
-    /* EPYQ_FAST (sanitizer runs): tiny-ct only, the folder with int4 in every block */
-    int f0 = getenv("EPYQ_FAST") ? 3 : 0, f1 = getenv("EPYQ_FAST") ? 4 : nf;
-    if (!any_folder(f0, f1)) {
-        printf("skip: ../shared/fixtures/models not found\n");
-        return 77;
-    }
+    int f0, f1;
+    if (epyq_test_model_range(&f0, &f1)) return 77;
     Suite *s = suite_create("model_fixture");
     TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_fixture_a16, f0, f1);

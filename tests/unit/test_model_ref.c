@@ -13,9 +13,6 @@
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
-static const char *const folders[] = {"tiny-bf16", "tiny-bf16-fused", "tiny-gptq", "tiny-ct",
-                                      "tiny-quark"};
-
 static void check_folder(const char *name) {
     char sub[256], dir[4096];
     snprintf(sub, sizeof sub, "fixtures/models/%s", name);
@@ -99,7 +96,7 @@ static void check_folder(const char *name) {
     epyq_weights_free(w);
 }
 
-START_TEST(test_ref_fixture) { check_folder(folders[_i]); }
+START_TEST(test_ref_fixture) { check_folder(epyq_test_model_name(_i)); }
 END_TEST
 
 START_TEST(test_ref_errors) {
@@ -123,25 +120,9 @@ START_TEST(test_ref_errors) {
 }
 END_TEST
 
-/* Every case here reads the fixtures, so with none of the selected folders present nothing was
- * tested: exit 77 for automake to count a SKIP instead of reporting a PASS. */
-static bool any_folder(int f0, int f1) {
-    char sub[256];
-    for (int i = f0; i < f1; i++) {
-        snprintf(sub, sizeof sub, "fixtures/models/%s", folders[i]);
-        if (epyq_test_shared(sub)) return true;
-    }
-    return false;
-}
-
 int main(void) {
-    /* EPYQ_FAST (sanitizer runs): tiny-ct only */
-    int nf = (int)(sizeof folders / sizeof folders[0]);
-    int f0 = getenv("EPYQ_FAST") ? 3 : 0, f1 = getenv("EPYQ_FAST") ? 4 : nf;
-    if (!any_folder(f0, f1)) {
-        printf("skip: ../shared/fixtures/models not found\n");
-        return 77;
-    }
+    int f0, f1;
+    if (epyq_test_model_range(&f0, &f1)) return 77;
     Suite *s = suite_create("model_ref");
     TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_ref_fixture, f0, f1);
