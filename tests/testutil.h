@@ -33,6 +33,15 @@ static inline char *epyq_test_tmpdir(void) {
     return d ? strdup(d) : NULL;
 }
 
+/* Removes dir and everything in it (rm -rf), then frees dir: system()'s status, 0 when done. */
+static inline int epyq_test_rm_dir(char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int rc = system(cmd);
+    free(dir);
+    return rc;
+}
+
 /* Path of the built epyq binary (for CLI tests). */
 static inline const char *epyq_test_bin(void) {
     static char buf[4096];

@@ -26,10 +26,8 @@ typedef struct {
     int rows;
 } conform_stats;
 
-/* float32 LE file of exactly n floats, or NULL. */
-static inline float *conform_read_f32(const char *dir, const char *name, size_t n) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/expected/%s", dir, name) >= (int)sizeof path) return NULL;
+/* A float32 LE file of exactly n floats, or NULL. */
+static inline float *conform_read_f32_file(const char *path, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     float *v = malloc(n * sizeof(float));
@@ -41,6 +39,13 @@ static inline float *conform_read_f32(const char *dir, const char *name, size_t 
         return NULL;
     }
     return v;
+}
+
+/* The same for expected/<name> of a fixture folder. */
+static inline float *conform_read_f32(const char *dir, const char *name, size_t n) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/expected/%s", dir, name) >= (int)sizeof path) return NULL;
+    return conform_read_f32_file(path, n);
 }
 
 /* The int array `key` of expected/<name> (e.g. prompt.json "ids"); returns count or -1. */

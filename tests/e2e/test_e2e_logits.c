@@ -35,20 +35,6 @@ static int run(const char *args, char *out, size_t outsz) {
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-static float *read_all(const char *path, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *v = malloc(n * sizeof(float));
-    size_t got = fread(v, sizeof(float), n, f);
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != n || extra != EOF) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
 START_TEST(test_exit_codes) {
     char out[4096];
     ck_assert_int_eq(run("--help", out, sizeof out), 0);
@@ -85,7 +71,7 @@ START_TEST(test_fixture_ct) {
                            file, ref ? " --ref" : "") < (int)sizeof args);
         ck_assert_msg(run(args, out, sizeof out) == 0, "%s", out);
         ck_assert(strstr(out, "\"drafts\": [53, 153]"));
-        float *got = read_all(file, (size_t)rows * V);
+        float *got = conform_read_f32_file(file, (size_t)rows * V);
         ck_assert_msg(got != NULL, "%s: expected %d rows of %d floats", file, rows, V);
         conform_stats a, b, c;
         conform_init(&a), conform_init(&b), conform_init(&c);
@@ -117,7 +103,8 @@ START_TEST(test_synth_ref_vs_runtime) {
     snprintf(args, sizeof args, "-m '%s' --ids 5,17,300,2,999,41,7,8 --mtp --ref -o '%s'", dir, f_ref);
     ck_assert_msg(run(args, out, sizeof out) == 0, "%s", out);
     /* 8 prompt rows + 2 MTP draft rows; vocab of the tiny synthetic shape */
-    float *a = read_all(f_ref, (size_t)10 * 1024), *b = read_all(f_run, (size_t)10 * 1024);
+    float *a = conform_read_f32_file(f_ref, (size_t)10 * 1024),
+          *b = conform_read_f32_file(f_run, (size_t)10 * 1024);
     ck_assert(a && b);
     conform_stats st;
     conform_init(&st);

@@ -19,22 +19,12 @@
     } while (0)
 
 static char *write_model(const tc_opts *o, void (*mutate)(tc_list *, void *), void *ctx) {
-    char *dir = epyq_test_tmpdir();
+    char *dir = tc_write_tmp(o, mutate, ctx);
     ck_assert_ptr_nonnull(dir);
-    tc_list l = {0};
-    tc_model(&l, o);
-    if (mutate) mutate(&l, ctx);
-    ck_assert_int_eq(tc_write(dir, &l, o), 0);
-    tc_free(&l);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 typedef struct {
     const tc_opts *o;

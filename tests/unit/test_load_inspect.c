@@ -61,20 +61,12 @@ static int count_lines(const char *s) {
 
 static char *tiny(epyq_qformat fmt) {
     tc_opts o = tc_defaults(fmt);
-    char *dir = epyq_test_tmpdir();
-    tc_list l = {0};
-    tc_model(&l, &o);
-    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
-    tc_free(&l);
+    char *dir = tc_write_tmp(&o, NULL, NULL);
+    ck_assert_ptr_nonnull(dir);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 static double jnum(const cJSON *o, const char *path1, const char *path2) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, path1);

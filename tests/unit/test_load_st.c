@@ -199,20 +199,12 @@ END_TEST
 static char *folder(int nshards) {
     tc_opts o = tc_defaults(EPYQ_QF_NONE);
     o.nshards = nshards;
-    char *dir = epyq_test_tmpdir();
-    tc_list l = {0};
-    tc_model(&l, &o);
-    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
-    tc_free(&l);
+    char *dir = tc_write_tmp(&o, NULL, NULL);
+    ck_assert_ptr_nonnull(dir);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 /* Replace the first occurrence of `from` with `to` in dir/name. */
 static void edit(const char *dir, const char *name, const char *from, const char *to) {

@@ -20,12 +20,7 @@
 #include "tests/testutil.h"
 #include "tests/unit/test_synth_ref.h"
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 /* ---- §3 worked example: codes U[n][k] = (n + k) mod 16, signed S = U - 8 ---- */
 

@@ -17,12 +17,7 @@
 
 #define SEED 42
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 static char *synth(epyq_synth_format f, bool fused, epyq_synth_dims *d) {
     char *dir = epyq_test_tmpdir();
