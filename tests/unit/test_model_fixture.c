@@ -23,29 +23,19 @@ static void expect_dist(const char *what, const conform_stats *s) {
 }
 
 static void check_folder(const char *name, epyq_numpath path) {
-    char sub[256], dir[4096], label[128];
-    snprintf(sub, sizeof sub, "fixtures/models/%s", name);
-    const char *p = epyq_test_shared(sub);
-    if (!p) {
-        printf("skip %s: ../shared not present\n", name);
-        return;
-    }
-    if (snprintf(dir, sizeof dir, "%s", p) >= (int)sizeof dir) return;
+    char dir[4096], label[128];
+    if (!conform_fixture_dir(name, dir, sizeof dir)) return;
     epyq_err err = {0};
     epyq_model *m = NULL;
     epyq_model_opts mo = {.path = path, .n_threads = 2};
     ck_assert_msg(epyq_model_load(&m, dir, &mo, &err) == EPYQ_OK, "%s: %s", name, err.msg);
     const epyq_config *c = epyq_model_config(m);
     const int V = c->vocab_size, H = c->hidden_size;
-    int prompt[64], greedy[64], drafts[8];
-    int n = conform_read_ids(dir, "prompt.json", "ids", prompt, 64);
-    int ng = conform_read_ids(dir, "greedy.json", "ids", greedy, 64);
-    int nd = conform_read_drafts(dir, drafts, 8);
-    ck_assert(n > 1 && ng > 1 && nd == 2);
-    float *e_pre = conform_read_f32(dir, "logits_prefill.f32", (size_t)n * V);
-    float *e_dec = conform_read_f32(dir, "logits_decode.f32", (size_t)ng * V);
-    float *e_mtp = conform_read_f32(dir, "mtp_logits.f32", (size_t)nd * V);
-    ck_assert(e_pre && e_dec && e_mtp);
+    conform_expect ex;
+    ck_assert_msg(conform_expect_read(dir, V, &ex), "%s: expected/ files missing or short", name);
+    const int n = ex.n, ng = ex.ng, nd = ex.nd, *prompt = ex.prompt, *greedy = ex.greedy,
+              *drafts = ex.drafts;
+    float *e_pre = ex.pre, *e_dec = ex.dec, *e_mtp = ex.mtp;
 
     epyq_seq *s = NULL;
     ck_assert(epyq_seq_create(&s, m, n + ng, EPYQ_KV_BF16, &err) == EPYQ_OK);
