@@ -33,6 +33,15 @@ static inline char *epyq_test_tmpdir(void) {
     return d ? strdup(d) : NULL;
 }
 
+/* Removes dir and everything in it (rm -rf), then frees dir: system()'s status, 0 when done. */
+static inline int epyq_test_rm_dir(char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    int rc = system(cmd);
+    free(dir);
+    return rc;
+}
+
 /* Path of the built epyq binary (for CLI tests). */
 static inline const char *epyq_test_bin(void) {
     static char buf[4096];
@@ -80,6 +89,30 @@ static inline uint64_t epyq_test_xorshift(uint64_t *s) {
     *s ^= *s >> 7;
     *s ^= *s << 17;
     return *s;
+}
+
+/* The fixture checkpoints (../shared/fixtures/models/<name>) the model tests run on. */
+enum { EPYQ_TEST_N_MODELS = 5 };
+static inline const char *epyq_test_model_name(int i) {
+    static const char *const names[EPYQ_TEST_N_MODELS] = {"tiny-bf16", "tiny-bf16-fused",
+                                                          "tiny-gptq", "tiny-ct", "tiny-quark"};
+    return names[i];
+}
+
+/* The ones this run covers, [*f0, *f1): all, or under EPYQ_FAST (the sanitizer runs) tiny-ct
+ * alone, the folder with int4 in every block. 0 when at least one of them is present; 77 after
+ * printing a skip line when none is: every case would then read a missing folder, and automake
+ * must count a SKIP (exit 77), not a PASS, for a run that tested nothing. */
+static inline int epyq_test_model_range(int *f0, int *f1) {
+    *f0 = getenv("EPYQ_FAST") ? 3 : 0;
+    *f1 = getenv("EPYQ_FAST") ? 4 : EPYQ_TEST_N_MODELS;
+    char sub[256];
+    for (int i = *f0; i < *f1; i++) {
+        snprintf(sub, sizeof sub, "fixtures/models/%s", epyq_test_model_name(i));
+        if (epyq_test_shared(sub)) return 0;
+    }
+    printf("skip: ../shared/fixtures/models not found\n");
+    return 77;
 }
 
 #endif

@@ -23,12 +23,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/chat.h"
+#include "chat/reasoning.h"
 #include "core/util.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/sample.h"
-#include "tok/chat.h"
-#include "tok/reasoning.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
 #include "tools/batch_req.h"
@@ -180,9 +180,7 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case OPT_PATH:
-            if (epyq_numpath_parse(optarg) < 0)
-                return fprintf(stderr, "epyq batch: --path: expected a16 or a8, got '%s'\n", optarg), 2;
-            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_tool_opt_path("epyq batch", optarg, &o->path)) return 2;
             break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq batch: bad option (try --help)\n"); return 2;

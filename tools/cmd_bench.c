@@ -43,16 +43,13 @@ typedef struct {
     out_fmt out;
     epyq_numpath paths[2];  /* [n_paths] numeric paths, switched on the loaded model */
     int n_paths;
-    epyq_kv_type kv;
-    epyq_requant rq_lm_head, rq_dense; /* --requant */
+    epyq_tool_rt rt; /* --kv-type, --numa, --numa-split, --requant (tools/tool_model.h) */
     struct { int k; bool forced, fixed; } spec[MAX_LIST]; /* --spec: k = 0 none, else mtp:k[:forced|:fixed] */
     int n_spec;
     double accept[EPYQ_SPEC_MAX];  /* --accept: per-position acceptance for projections */
     int n_accept;
     epyq_requant draft_head;       /* --draft-head */
     size_t membw_bytes;
-    epyq_numa_opts numa;
-    bool use_numa; /* a --numa flag was given; otherwise one pool, as before */
 } opts;
 
 typedef struct {
@@ -115,18 +112,26 @@ static int parse_list(const char *what, const char *s, int *out, int *n, int lo)
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},      {"synthetic", required_argument, 0, 'S'},
-        {"n-prompt", required_argument, 0, 'p'},   {"n-gen", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'},    {"batch", required_argument, 0, 'b'},
-        {"repetitions", required_argument, 0, 'r'}, {"output", required_argument, 0, 'o'},
-        {"path", required_argument, 0, 'P'},       {"kv-type", required_argument, 0, 'K'},
-        {"membw-mb", required_argument, 0, 'W'},   {"no-warmup", no_argument, 0, 'N'},
-        {"help", no_argument, 0, 'h'},             {"numa", required_argument, 0, 'U'},
-        {"numa-split", required_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
-        {"spec", required_argument, 0, 'X'},       {"accept", required_argument, 0, 'A'},
-        {"draft-head", required_argument, 0, 'D'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"synthetic", required_argument, 0, 'S'},
+                                       {"n-prompt", required_argument, 0, 'p'},
+                                       {"n-gen", required_argument, 0, 'n'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"repetitions", required_argument, 0, 'r'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"path", required_argument, 0, 'P'},
+                                       {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV},
+                                       {"membw-mb", required_argument, 0, 'W'},
+                                       {"no-warmup", no_argument, 0, 'N'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA},
+                                       {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},
+                                       {"requant", required_argument, 0, EPYQ_TOOL_O_REQUANT},
+                                       {"spec", required_argument, 0, 'X'},
+                                       {"accept", required_argument, 0, 'A'},
+                                       {"draft-head", required_argument, 0, 'D'},
+                                       {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
     o->bat[0] = 1, o->n_bat = 1;
@@ -137,10 +142,15 @@ static int parse(int argc, char **argv, opts *o) {
     o->n_spec = 1;
     o->draft_head = EPYQ_REQUANT_INT4;
     o->membw_bytes = (size_t)1024 << 20;
-    epyq_numa_opts_init(&o->numa);
-    int c, rc, li = 0;
+    epyq_tool_rt_defaults(&o->rt);
+    int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, NULL)) != -1) {
+        int rt = epyq_tool_rt_opt(&o->rt, "epyq bench", c, optarg);
+        if (rt != 1) {
+            if (rt) return rt;
+            continue;
+        }
         switch (c) {
         case 'm': o->dir = optarg; break;
         case 'S': o->synthetic = optarg; break;
@@ -174,11 +184,6 @@ static int parse(int argc, char **argv, opts *o) {
                 p += l + (p[l] == ',');
             }
             if (o->n_paths == 0) return fprintf(stderr, "epyq bench: --path: empty list\n"), 2;
-            break;
-        case 'K':
-            if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
-            else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
-            else return fprintf(stderr, "epyq bench: --kv-type: expected bf16 or fp8, got '%s'\n", optarg), 2;
             break;
         case 'N': o->warmup = false; break;
         case 'X':
@@ -219,21 +224,6 @@ static int parse(int argc, char **argv, opts *o) {
             epyq_err e = {0};
             if (epyq_requant_parse_kind(optarg, &o->draft_head, &e) != EPYQ_OK)
                 return fprintf(stderr, "epyq bench: --draft-head: %s\n", e.msg), 2;
-            break;
-        }
-        case 'Q': {
-            epyq_err e = {0};
-            if (epyq_requant_parse(optarg, &o->rq_lm_head, &o->rq_dense, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq bench: %s\n", e.msg), 2;
-            break;
-        }
-        case 'U': { /* --numa MODE, --numa-split N (numa/opts.c) */
-            char flag[32];
-            epyq_err e = {0};
-            snprintf(flag, sizeof flag, "--%s", lo[li].name);
-            if (epyq_numa_opts_set(&o->numa, flag, optarg, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq bench: %s\n", e.msg), 2;
-            o->use_numa = true;
             break;
         }
         case 'h': usage(stdout); return 0;
@@ -414,14 +404,17 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                                  epyq_err *err) {
     double bw = epyq_membw_read_gbps(o->membw_bytes, threads);
     if (bw <= 0) return epyq_err_set(err, EPYQ_E_NOMEM, "read-bandwidth probe: cannot allocate %zu MiB", o->membw_bytes >> 20);
-    epyq_numa_opts numa = o->numa;
+    epyq_numa_opts numa = o->rt.numa;
     numa.n_threads = threads;
     bool any_spec = false;
     for (int i = 0; i < o->n_spec; i++) any_spec |= o->spec[i].k > 0;
-    epyq_model_opts mo = {.path = o->paths[0], .n_threads = threads, .skip_mtp = !any_spec,
+    epyq_model_opts mo = {.path = o->paths[0],
+                          .n_threads = threads,
+                          .skip_mtp = !any_spec,
                           .draft_head = any_spec ? o->draft_head : EPYQ_REQUANT_NONE,
-                          .numa = o->use_numa ? &numa : NULL, .requant_lm_head = o->rq_lm_head,
-                          .requant_dense = o->rq_dense};
+                          .numa = o->rt.use_numa ? &numa : NULL,
+                          .requant_lm_head = o->rt.rq_lm_head,
+                          .requant_dense = o->rt.rq_dense};
     bench_ctx c = {.o = o, .pg = pg};
     epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
@@ -441,24 +434,27 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes || !gbs)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2 + EPYQ_SPEC_MAX; /* a last step's drafts */
-    for (int j = 0; st == EPYQ_OK && j < max_b; j++) st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->kv, err);
+    for (int j = 0; st == EPYQ_OK && j < max_b; j++)
+        st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->rt.kv, err);
 
     row r = {0};
     const char *base = strrchr(dir, '/');
     snprintf(r.model, sizeof r.model, "%s", base && base[1] ? base + 1 : dir);
     /* the format column names any requantisation: exact and requantised rows never mix up */
     int fl = snprintf(r.format, sizeof r.format, "%s", fmt_name);
-    if (o->rq_lm_head && fl > 0 && (size_t)fl < sizeof r.format)
-        fl += snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+lm_head=%s", epyq_requant_name(o->rq_lm_head));
-    if (o->rq_dense && fl > 0 && (size_t)fl < sizeof r.format)
-        snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+dense=%s", epyq_requant_name(o->rq_dense));
+    if (o->rt.rq_lm_head && fl > 0 && (size_t)fl < sizeof r.format)
+        fl += snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+lm_head=%s",
+                       epyq_requant_name(o->rt.rq_lm_head));
+    if (o->rt.rq_dense && fl > 0 && (size_t)fl < sizeof r.format)
+        snprintf(r.format + fl, sizeof r.format - (size_t)fl, "+dense=%s",
+                 epyq_requant_name(o->rt.rq_dense));
     snprintf(r.isa, sizeof r.isa, "%s", epyq_kern()->name);
     r.size_gib = (double)ws->resident_bytes / (1024.0 * 1024 * 1024);
     r.params_b = (double)params / 1e9;
     r.threads = threads;
     r.bw_read = bw;
     /* the numa column: off, the mode, or split N (logical nodes of this machine) */
-    if (!o->use_numa || numa.mode == EPYQ_NUMA_OFF) snprintf(r.numa, sizeof r.numa, "off");
+    if (!o->rt.use_numa || numa.mode == EPYQ_NUMA_OFF) snprintf(r.numa, sizeof r.numa, "off");
     else if (numa.split > 0) snprintf(r.numa, sizeof r.numa, "split %d", (int)numa.split);
     else snprintf(r.numa, sizeof r.numa, "%s", epyq_numa_mode_name(numa.mode));
 

@@ -21,9 +21,9 @@
 #include <cjson/cJSON.h>
 #include <editline/readline.h>
 
+#include "chat/chat.h"
+#include "chat/reasoning.h"
 #include "core/util.h"
-#include "tok/chat.h"
-#include "tok/reasoning.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"

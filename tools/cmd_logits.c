@@ -58,10 +58,7 @@ typedef struct {
     int ids[MAX_IDS], n_ids, n_decode, n_drafts, threads;
     bool mtp, ref;
     epyq_numpath path;
-    epyq_kv_type kv;
-    epyq_requant rq_lm_head, rq_dense;
-    epyq_numa_opts numa;
-    bool use_numa; /* a --numa flag was given */
+    epyq_tool_rt rt; /* --kv-type, --numa..., --requant (tools/tool_model.h) */
 } opts;
 
 /* rows of the output: prompt + decode, then drafts */
@@ -107,9 +104,12 @@ static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
 
 static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     epyq_model *m = NULL;
-    epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp,
-                          .numa = o->use_numa ? &o->numa : NULL, .requant_lm_head = o->rq_lm_head,
-                          .requant_dense = o->rq_dense};
+    epyq_model_opts mo = {.path = o->path,
+                          .n_threads = o->threads,
+                          .skip_mtp = !o->mtp,
+                          .numa = o->rt.use_numa ? &o->rt.numa : NULL,
+                          .requant_lm_head = o->rt.rq_lm_head,
+                          .requant_dense = o->rt.rq_dense};
     epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
     if (st != EPYQ_OK) return st;
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
@@ -118,7 +118,8 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
     float *hid = malloc((size_t)n * H * sizeof(float));
     if (!seqs || !hid) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    if (st == EPYQ_OK) st = epyq_seq_create(&s, m, n + o->n_decode + o->n_drafts + 1, o->kv, err);
+    if (st == EPYQ_OK)
+        st = epyq_seq_create(&s, m, n + o->n_decode + o->n_drafts + 1, o->rt.kv, err);
     if (st == EPYQ_OK) {
         for (int i = 0; i < n; i++) seqs[i] = s;
         epyq_batch b = {n, seqs, o->ids, NULL};
@@ -157,24 +158,31 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},   {"ids", required_argument, 0, 'i'},
-        {"decode", required_argument, 0, 'n'},  {"mtp", no_argument, 0, 'M'},
-        {"mtp-drafts", required_argument, 0, 'D'}, {"output", required_argument, 0, 'o'},
-        {"ref", no_argument, 0, 'R'},           {"path", required_argument, 0, 'P'},
-        {"isa", required_argument, 0, 'I'},     {"threads", required_argument, 0, 't'},
-        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-        {"numa", required_argument, 0, 'U'},    {"numa-split", required_argument, 0, 'U'},
-        {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
-        {"numa-fallback", no_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"ids", required_argument, 0, 'i'},
+                                       {"decode", required_argument, 0, 'n'},
+                                       {"mtp", no_argument, 0, 'M'},
+                                       {"mtp-drafts", required_argument, 0, 'D'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"ref", no_argument, 0, 'R'},
+                                       {"path", required_argument, 0, 'P'},
+                                       {"isa", required_argument, 0, 'I'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"help", no_argument, 0, 'h'},
+                                       EPYQ_TOOL_RT_LONGOPTS,
+                                       {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->n_ids = -1;
-    epyq_numa_opts_init(&o->numa);
-    int c, li = 0;
+    epyq_tool_rt_defaults(&o->rt);
+    int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:n:o:t:h", lo, NULL)) != -1) {
+        int rt = epyq_tool_rt_opt(&o->rt, "epyq logits", c, optarg);
+        if (rt != 1) {
+            if (rt) return rt;
+            continue;
+        }
         switch (c) {
         case 'm': o->dir = optarg; break;
         case 'i':
@@ -190,45 +198,23 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case 'M': o->mtp = true; break;
-        case 'Q': {
-            epyq_err e = {0};
-            if (epyq_requant_parse(optarg, &o->rq_lm_head, &o->rq_dense, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq logits: %s\n", e.msg), 2;
-            break;
-        }
         case 'o': o->out = optarg; break;
         case 'R': o->ref = true; break;
         case 'P':
-            if (epyq_numpath_parse(optarg) < 0)
-                return fprintf(stderr, "epyq logits: --path: expected a16 or a8, got '%s'\n", optarg), 2;
-            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_tool_opt_path("epyq logits", optarg, &o->path)) return 2;
             break;
         case 'I':
             if (epyq_isa_parse(optarg) < 0)
                 return fprintf(stderr, "epyq logits: --isa: expected ref|avx2|avx512|avx512_vnni|avx512_bf16\n"), 2;
             setenv("EPYQ_MAX_ISA", optarg, 1);
             break;
-        case 'K':
-            if (!strcmp(optarg, "bf16")) o->kv = EPYQ_KV_BF16;
-            else if (!strcmp(optarg, "fp8")) o->kv = EPYQ_KV_FP8;
-            else return fprintf(stderr, "epyq logits: --kv-type: expected bf16 or fp8\n"), 2;
-            break;
-        case 'U': { /* the NUMA flags, parsed as everywhere else (numa/opts.c) */
-            char flag[32];
-            epyq_err e = {0};
-            snprintf(flag, sizeof flag, "--%s", lo[li].name);
-            if (epyq_numa_opts_set(&o->numa, flag, optarg, &e) != EPYQ_OK)
-                return fprintf(stderr, "epyq logits: %s\n", e.msg), 2;
-            o->use_numa = true;
-            break;
-        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq logits: bad option (try --help)\n"); return 2;
         }
     }
     if (optind < argc) return fprintf(stderr, "epyq logits: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
-    o->numa.n_threads = o->threads;
+    o->rt.numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
     return -1;
 }

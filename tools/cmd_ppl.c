@@ -74,9 +74,7 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case OPT_NPATH:
-            if (epyq_numpath_parse(optarg) < 0)
-                return fprintf(stderr, "epyq ppl: --path: expected a16 or a8, got '%s'\n", optarg), 2;
-            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_tool_opt_path("epyq ppl", optarg, &o->path)) return 2;
             break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq ppl: bad option (try --help)\n"); return 2;

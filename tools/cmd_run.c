@@ -10,8 +10,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
-#include "tok/chat.h"
 #include "model/spec.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
@@ -130,9 +130,7 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         }
         case O_PATH:
-            if (epyq_numpath_parse(optarg) < 0)
-                return fprintf(stderr, "epyq run: --path: expected a16 or a8, got '%s'\n", optarg), 2;
-            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_tool_opt_path("epyq run", optarg, &o->path)) return 2;
             break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq run: bad option (try --help)\n"); return 2;

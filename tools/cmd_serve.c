@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
 #include "model/model.h"
 #include "numa/plan.h"
-#include "tok/chat.h"
 #include "tok/tokenizer.h"
 #include "tools/cmd.h"
 #include "tools/serve_http.h"
@@ -155,9 +155,7 @@ static int parse(int argc, char **argv, opts *o) {
             o->grace = (double)v;
             break;
         case O_PATH:
-            if (epyq_numpath_parse(optarg) < 0)
-                return fprintf(stderr, "epyq serve: --path: expected a16 or a8, got '%s'\n", optarg), 2;
-            o->path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_tool_opt_path("epyq serve", optarg, &o->path)) return 2;
             break;
         case 'h': usage(stdout); return 0;
         default: {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
-#include "tok/chat.h"
 #include "tok/tokenizer.h"
 #include "tools/cmd.h"
 

@@ -16,10 +16,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat/chat.h"
 #include "core/status.h"
 #include "engine/runner.h"
-#include "load/config.h"
-#include "tok/chat.h"
+#include "load/model_config.h"
 #include "tok/tokenizer.h"
 
 typedef struct {

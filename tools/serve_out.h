@@ -2,8 +2,8 @@
  * chat.completion / text_completion body, or its stream of SSE chunks.
  *
  * Promise: generated text goes through the same parsers as everywhere else — the reasoning
- * split (tok/reasoning.h, into `reasoning_content`) and, when the request gave tools and did
- * not say tool_choice "none", the tool-call parser (tok/toolcall.h, into `tool_calls`, each
+ * split (chat/reasoning.h, into `reasoning_content`) and, when the request gave tools and did
+ * not say tool_choice "none", the tool-call parser (chat/toolcall.h, into `tool_calls`, each
  * call sent as one delta as soon as its block closes). The streamed deltas concatenate to the
  * non-streamed message (same parsers, chunks cut anywhere). finish_reason is "tool_calls" when
  * a call was parsed and generation stopped on its own. Logprobs are the model's raw
@@ -17,11 +17,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/reasoning.h"
+#include "chat/toolcall.h"
 #include "engine/engine.h"
-#include "tok/reasoning.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
-#include "tok/toolcall.h"
 
 typedef struct {
     bool chat, stream, echo;

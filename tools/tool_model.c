@@ -191,6 +191,16 @@ int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long 
     return 0;
 }
 
+int epyq_tool_opt_path(const char *cmd, const char *arg, epyq_numpath *path) {
+    int p = epyq_numpath_parse(arg);
+    if (p < 0) {
+        fprintf(stderr, "%s: --path: expected a16 or a8, got '%s'\n", cmd, arg);
+        return 2;
+    }
+    *path = (epyq_numpath)p;
+    return 0;
+}
+
 /* ---- shared runtime flags ---- */
 
 const char epyq_tool_rt_help[] =
@@ -203,10 +213,14 @@ const char epyq_tool_rt_help[] =
     "  --requant SPEC         lm_head=int8|int4, dense=int8|int4: 16-bit linears requantised at\n"
     "                         load, fewer bytes per token (default: exact; see README)\n";
 
-int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd) {
+void epyq_tool_rt_defaults(epyq_tool_rt *rt) {
     memset(rt, 0, sizeof *rt);
     rt->kv = EPYQ_KV_BF16;
     epyq_numa_opts_init(&rt->numa);
+}
+
+int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd) {
+    epyq_tool_rt_defaults(rt);
     epyq_err e = {0};
     if (epyq_numa_opts_from_env(&rt->numa, &e) != EPYQ_OK) {
         fprintf(stderr, "%s: %s\n", cmd, e.msg);

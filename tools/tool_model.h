@@ -32,6 +32,8 @@ char *epyq_tool_cache_root(void);
 /* A whole decimal number in [lo, hi] from a command-line argument into *v: 0, or 2 (the
  * usage-error exit status) after printing "<cmd>: bad number '<arg>'" to stderr. */
 int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v);
+/* --path a16|a8 into *path: 0, or 2 after printing "<cmd>: --path: expected a16 or a8, got …". */
+int epyq_tool_opt_path(const char *cmd, const char *arg, epyq_numpath *path);
 
 /* ---- what run, chat and batch share beyond -m: KV cache type, NUMA placement, requantised
  * linears, context ---- */
@@ -69,6 +71,8 @@ extern const char epyq_tool_rt_help[];
 
 /* Defaults, then the EPYQ_NUMA* variables: 0, or 2 after printing "<cmd>: <what>" to stderr. */
 int epyq_tool_rt_init(epyq_tool_rt *rt, const char *cmd);
+/* The defaults alone, for the measuring tools (logits, bench), which only the flags steer. */
+void epyq_tool_rt_defaults(epyq_tool_rt *rt);
 /* Take getopt code c: 0 taken, 1 not one of the shared flags, 2 bad value (printed). */
 int epyq_tool_rt_opt(epyq_tool_rt *rt, const char *cmd, int c, const char *arg);
 /* epyq_model_opts.numa for these flags: NULL when none was given (one pool, as before), else

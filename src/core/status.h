@@ -45,6 +45,17 @@ void epyq_err_clear(epyq_err *err);
 /* Stable upper-case name, e.g. "E_FORMAT". */
 const char *epyq_status_name(epyq_status st);
 
+/* The one error idiom. A function that owns nothing to release returns early through TRY. One
+ * that owns buffers keeps a single cleanup label:
+ *     epyq_status st = step_a(..., err);
+ *     if (st != EPYQ_OK) goto done;
+ *     if ((st = step_b(..., err)) != EPYQ_OK) goto done;
+ *     ...
+ * done:
+ *     free(...);
+ *     return st;
+ * so each step's failure is checked where it happens and every exit frees the same things. */
+
 /* Inside a function returning epyq_status: evaluate x (an epyq_status) and return it when it is
  * not EPYQ_OK. The callee has already filled the caller's epyq_err, so nothing is added. The
  * replacement list is token for token the one src/model/model.c still defines locally, which C

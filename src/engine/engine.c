@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat/reasoning.h"
 #include "core/util.h"
 #include "engine/prefix.h"
 #include "model/spec.h"
-#include "tok/reasoning.h"
 #include "tok/sbuf.h"
 
 /* A request that wants prompt logprobs has the logits of every prompt token returned; this

@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "load/config.h"
+#include "load/model_config.h"
 
 /* qc: the quantization_config object. Fills cfg->qformat, gptq_version, quark_reorder, qc. */
 epyq_status epyq_qconfig_parse(epyq_config *cfg, const cJSON *qc, const char *label, epyq_err *err);

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "kernels-x86/kern.h"
-#include "load/config.h"
+#include "load/model_config.h"
 #include "load/safetensors.h"
 
 typedef enum { EPYQ_LIN_DENSE = 0, EPYQ_LIN_Q4 } epyq_lin_kind;

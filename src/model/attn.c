@@ -19,7 +19,7 @@ static void head_norm(float *v, const float *w, int32_t n, float eps) {
 
 /* rotate-half RoPE on dims [0, rd) of one head; angles formed in double */
 static void rope(const epyq_model *m, float *v, int32_t pos) {
-    int32_t half = m->rd / 2;
+    int32_t half = m->d.rd / 2;
     for (int32_t i = 0; i < half; i++) {
         double ang = (double)pos * m->inv_freq[i];
         float c = (float)(cos(ang) * m->rope_attn), s = (float)(sin(ang) * m->rope_attn);
@@ -41,13 +41,13 @@ typedef struct {
 static void attn_task(void *ctx, int32_t task, int32_t worker) {
     const attn_job *j = ctx;
     const epyq_model *m = j->m;
-    int32_t t = task / m->nkv, kvh = task % m->nkv, group = m->nq / m->nkv, hd = m->hd;
+    int32_t t = task / m->d.nkv, kvh = task % m->d.nkv, group = m->d.nq / m->d.nkv, hd = m->d.hd;
     int32_t n = j->p->pos[t] + 1;
     const uint16_t *k, *v;
     int32_t stride;
     epyq_seq_kv_view(j->p->seq[t], j->ly->slot, kvh, n, j->tmp ? j->tmp[worker] : NULL, &k, &v, &stride);
-    const float *q = j->qg + ((size_t)t * m->nq + (size_t)kvh * group) * 2 * hd;
-    float *o = j->o + ((size_t)t * m->nq + (size_t)kvh * group) * hd;
+    const float *q = j->qg + ((size_t)t * m->d.nq + (size_t)kvh * group) * 2 * hd;
+    float *o = j->o + ((size_t)t * m->d.nq + (size_t)kvh * group) * hd;
     m->kt->attn_bf16_multi(q, group, 2 * hd, k, v, n, hd, stride, 1.0f / sqrtf((float)hd), o, hd);
     /* sigmoid output gate of this group's heads, here so the pool shares it */
     for (int32_t h = 0; h < group; h++) {
@@ -60,26 +60,26 @@ static void attn_task(void *ctx, int32_t task, int32_t worker) {
 epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                             const float *x, float *out, epyq_err *err) {
     const epyq_attn_rw *a = &ly->at;
-    int32_t T = p->T, hd = m->hd, kvd = m->nkv * hd, qd = m->nq * 2 * hd;
+    int32_t T = p->T, hd = m->d.hd, kvd = m->d.nkv * hd, qd = m->d.nq * 2 * hd;
     float *qg = epyq_model_alloc((size_t)T * qd, sizeof(float));
     float *kk = epyq_model_alloc((size_t)T * kvd, sizeof(float));
     float *vv = epyq_model_alloc((size_t)T * kvd, sizeof(float));
-    float *o = epyq_model_alloc((size_t)T * m->nq * hd, sizeof(float));
+    float *o = epyq_model_alloc((size_t)T * m->d.nq * hd, sizeof(float));
     uint16_t **tmp = NULL;
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = qg && kk && vv && o ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->H, &act, &abuf, err);
+    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err);
     if (st == EPYQ_OK) {
         const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
         epyq_rlin_run_many(m, proj, 3, &act);
         for (int32_t t = 0; t < T; t++) {
-            for (int32_t h = 0; h < m->nq; h++) {
+            for (int32_t h = 0; h < m->d.nq; h++) {
                 float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
                 head_norm(q, a->q_norm, hd, m->eps);
                 rope(m, q, p->pos[t]);
             }
-            for (int32_t h = 0; h < m->nkv; h++) {
+            for (int32_t h = 0; h < m->d.nkv; h++) {
                 float *k = kk + (size_t)t * kvd + (size_t)h * hd;
                 head_norm(k, a->k_norm, hd, m->eps);
                 rope(m, k, p->pos[t]);
@@ -102,10 +102,10 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     }
     if (st == EPYQ_OK) {
         attn_job j = {m, ly, p, qg, o, tmp};
-        epyq_pool_run(m->pool, attn_task, &j, T * m->nkv);
-        st = epyq_rlin_act(m, o, T, m->nq * hd, &oact, &obuf, err);
+        epyq_pool_run(m->pool, attn_task, &j, T * m->d.nkv);
+        st = epyq_rlin_act(m, o, T, m->d.nq * hd, &oact, &obuf, err);
     }
-    if (st == EPYQ_OK) epyq_rlin_run(m, &a->o, &oact, out, m->H);
+    if (st == EPYQ_OK) epyq_rlin_run(m, &a->o, &oact, out, m->d.H);
     for (int32_t w = 0; tmp && w < m->n_threads; w++) free(tmp[w]);
     free(tmp), free(abuf), free(obuf), free(qg), free(kk), free(vv), free(o);
     return st;

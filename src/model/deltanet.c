@@ -159,7 +159,7 @@ typedef struct {
 /* Plain gated RMSNorm of one value head of one token, in place: n(o) * w * silu(z). In the
  * head's task, so the pool runs it in parallel rather than the caller alone afterwards. */
 static void gated_norm(const epyq_model *m, const float *w, float *oh, const float *zh) {
-    int32_t Dv = m->Dv;
+    int32_t Dv = m->d.Dv;
     double ss = 0.0;
     for (int32_t i = 0; i < Dv; i++) ss += (double)oh[i] * oh[i];
     float inv = (float)(1.0 / sqrt(ss / Dv + m->eps));
@@ -168,7 +168,7 @@ static void gated_norm(const epyq_model *m, const float *w, float *oh, const flo
 
 static void gated_norm_rows(const gdn_job *j, const int32_t *toks, int32_t n, int32_t vh) {
     const epyq_model *m = j->m;
-    size_t vd = (size_t)m->Hv * m->Dv, off = (size_t)vh * m->Dv;
+    size_t vd = (size_t)m->d.Hv * m->d.Dv, off = (size_t)vh * m->d.Dv;
     for (int32_t i = 0; i < n; i++)
         gated_norm(m, j->ly->g.norm, j->o + (size_t)toks[i] * vd + off, j->z + (size_t)toks[i] * vd + off);
 }
@@ -178,40 +178,46 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
     const gdn_job *j = ctx;
     const epyq_model *m = j->m;
     const epyq_batch_plan *p = j->p;
-    int32_t grp = task / m->Hv, vh = task % m->Hv, kh = vh / (m->Hv / m->Hk);
-    int32_t key_dim = m->Hk * m->Dk, cd = m->conv_dim, Hv = m->Hv;
+    int32_t grp = task / m->d.Hv, vh = task % m->d.Hv, kh = vh / (m->d.Hv / m->d.Hk);
+    int32_t key_dim = m->d.Hk * m->d.Dk, cd = m->d.conv_dim, Hv = m->d.Hv;
     const int32_t *toks = p->grp_tok + p->grp_off[grp];
     int32_t n = p->grp_off[grp + 1] - p->grp_off[grp];
     epyq_seq *s = p->seq[toks[0]];
-    float *S = s->S + ((size_t)j->ly->slot * Hv + vh) * m->Dk * m->Dv;
+    float *S = s->S + ((size_t)j->ly->slot * Hv + vh) * m->d.Dk * m->d.Dv;
     if (j->chunked[grp]) {
         /* gather this head's rows (tokens of one sequence need not be adjacent in the batch)
          * into the worker's workspace, allocated before any state moved (epyq_gdn_block) */
         size_t rows = (size_t)n;
-        float *q = j->work + (size_t)worker * j->work_per, *k = q + rows * m->Dk, *v = k + rows * m->Dk;
-        float *o = v + rows * m->Dv, *g = o + rows * m->Dv, *b = g + rows;
+        float *q = j->work + (size_t)worker * j->work_per, *k = q + rows * m->d.Dk,
+              *v = k + rows * m->d.Dk;
+        float *o = v + rows * m->d.Dv, *g = o + rows * m->d.Dv, *b = g + rows;
         for (int32_t i = 0; i < n; i++) {
             const float *ut = j->u + (size_t)toks[i] * cd;
-            memcpy(q + (size_t)i * m->Dk, ut + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
-            memcpy(k + (size_t)i * m->Dk, ut + key_dim + (size_t)kh * m->Dk, (size_t)m->Dk * sizeof(float));
-            memcpy(v + (size_t)i * m->Dv, ut + 2 * key_dim + (size_t)vh * m->Dv, (size_t)m->Dv * sizeof(float));
+            memcpy(q + (size_t)i * m->d.Dk, ut + (size_t)kh * m->d.Dk,
+                   (size_t)m->d.Dk * sizeof(float));
+            memcpy(k + (size_t)i * m->d.Dk, ut + key_dim + (size_t)kh * m->d.Dk,
+                   (size_t)m->d.Dk * sizeof(float));
+            memcpy(v + (size_t)i * m->d.Dv, ut + 2 * key_dim + (size_t)vh * m->d.Dv,
+                   (size_t)m->d.Dv * sizeof(float));
             g[i] = j->g[(size_t)toks[i] * Hv + vh];
             b[i] = j->beta[(size_t)toks[i] * Hv + vh];
         }
-        chunk_head_ws(S, q, k, v, g, b, n, m->Dk, m->Dv, m->Dk, m->Dv, o, m->Dv, b + rows);
+        chunk_head_ws(S, q, k, v, g, b, n, m->d.Dk, m->d.Dv, m->d.Dk, m->d.Dv, o, m->d.Dv,
+                      b + rows);
         for (int32_t i = 0; i < n; i++)
-            memcpy(j->o + (size_t)toks[i] * Hv * m->Dv + (size_t)vh * m->Dv, o + (size_t)i * m->Dv,
-                   (size_t)m->Dv * sizeof(float));
+            memcpy(j->o + (size_t)toks[i] * Hv * m->d.Dv + (size_t)vh * m->d.Dv,
+                   o + (size_t)i * m->d.Dv, (size_t)m->d.Dv * sizeof(float));
         gated_norm_rows(j, toks, n, vh);
         return;
     }
-    size_t sd = (size_t)m->Dk * m->Dv;
+    size_t sd = (size_t)m->d.Dk * m->d.Dv;
     for (int32_t i = 0; i < n; i++) {
         int32_t t = toks[i];
         const float *ut = j->u + (size_t)t * cd;
-        m->kt->gdn_step(S, ut + key_dim + (size_t)kh * m->Dk, ut + 2 * key_dim + (size_t)vh * m->Dv,
-                        ut + (size_t)kh * m->Dk, expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh],
-                        m->Dk, m->Dv, j->o + (size_t)t * Hv * m->Dv + (size_t)vh * m->Dv);
+        m->kt->gdn_step(S, ut + key_dim + (size_t)kh * m->d.Dk,
+                        ut + 2 * key_dim + (size_t)vh * m->d.Dv, ut + (size_t)kh * m->d.Dk,
+                        expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh], m->d.Dk,
+                        m->d.Dv, j->o + (size_t)t * Hv * m->d.Dv + (size_t)vh * m->d.Dv);
         if (i < s->spec_n - 1) /* speculative verification: the state after each token but the
                                 * last, which the state itself is after the forward (seq.c) */
             memcpy(s->spec_S + (((size_t)i * m->n_gdn + j->ly->slot) * Hv + vh) * sd, S, sd * sizeof(float));
@@ -223,7 +229,7 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
  * state keeps raw inputs. */
 static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
                        int32_t n, float *u, int32_t c0, int32_t c1, float *snap, int32_t n_snap) {
-    int32_t cd = m->conv_dim, Kc = m->Kc;
+    int32_t cd = m->d.conv_dim, Kc = m->d.Kc;
     size_t snap_stride = (size_t)m->n_gdn * (size_t)(Kc - 1 > 0 ? Kc - 1 : 1) * cd;
     for (int32_t i = 0; i < n; i++) {
         if (i > 0 && i - 1 < n_snap) /* the state after token i - 1 (speculative verification) */
@@ -263,24 +269,24 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     const prep_job *j = ctx;
     const epyq_model *m = j->m;
     const epyq_gdn_rw *gw = &j->ly->g;
-    int32_t grp = task / m->Hk, kh = task % m->Hk, r = m->Hv / m->Hk, Hv = m->Hv;
-    int32_t key_dim = m->Hk * m->Dk, cd = m->conv_dim;
+    int32_t grp = task / m->d.Hk, kh = task % m->d.Hk, r = m->d.Hv / m->d.Hk, Hv = m->d.Hv;
+    int32_t key_dim = m->d.Hk * m->d.Dk, cd = m->d.conv_dim;
     const int32_t *toks = j->p->grp_tok + j->p->grp_off[grp];
     int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
     epyq_seq *sq = j->p->seq[toks[0]];
-    size_t layer_off = (size_t)j->ly->slot * (m->Kc - 1) * cd;
+    size_t layer_off = (size_t)j->ly->slot * (m->d.Kc - 1) * cd;
     int32_t n_snap = sq->spec_n > 1 ? sq->spec_n - 1 : 0; /* the last token's: the state itself */
     float *state = sq->conv + layer_off, *snap = n_snap ? sq->spec_conv + layer_off : NULL;
-    int32_t q0 = kh * m->Dk, k0 = key_dim + kh * m->Dk, v0 = 2 * key_dim + kh * r * m->Dv;
-    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->Dk, snap, n_snap);
-    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->Dk, snap, n_snap);
-    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->Dv, snap, n_snap);
-    float qscale = 1.0f / sqrtf((float)m->Dk);
+    int32_t q0 = kh * m->d.Dk, k0 = key_dim + kh * m->d.Dk, v0 = 2 * key_dim + kh * r * m->d.Dv;
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->d.Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->d.Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->d.Dv, snap, n_snap);
+    float qscale = 1.0f / sqrtf((float)m->d.Dk);
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];
         float *ut = j->u + t * cd;
-        l2norm_scale(ut + q0, m->Dk, qscale);
-        l2norm_scale(ut + k0, m->Dk, 1.0f);
+        l2norm_scale(ut + q0, m->d.Dk, qscale);
+        l2norm_scale(ut + k0, m->d.Dk, 1.0f);
         for (int32_t h = kh * r; h < (kh + 1) * r; h++) {
             j->beta[t * Hv + h] = sigmoidf_(j->ba[t * 2 * Hv + h]);
             j->g[t * Hv + h] = gw->neg_exp_A[h] * softplusf_(j->ba[t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
@@ -291,7 +297,7 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
 epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                            const float *x, float *out, epyq_err *err) {
     const epyq_gdn_rw *gw = &ly->g;
-    int32_t T = p->T, cd = m->conv_dim, Hv = m->Hv, Dv = m->Dv, vd = Hv * Dv;
+    int32_t T = p->T, cd = m->d.conv_dim, Hv = m->d.Hv, Dv = m->d.Dv, vd = Hv * Dv;
     float *u = epyq_model_alloc((size_t)T * cd, sizeof(float));
     float *z = epyq_model_alloc((size_t)T * vd, sizeof(float));
     float *o = epyq_model_alloc((size_t)T * vd, sizeof(float));
@@ -302,7 +308,7 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = u && z && o && ba && gl && beta && chunked
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory");
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->H, &act, &abuf, err);
+    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err);
     if (st == EPYQ_OK) {
         const epyq_rlin_out proj[] = {
             {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
@@ -320,19 +326,20 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
          * would leave some heads advanced and others not. */
         gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
         if (max_rows) {
-            j.work_per = (size_t)max_rows * (2 * (size_t)m->Dk + 2 * (size_t)m->Dv + 2) + chunk_ws_floats(m->Dk, m->Dv);
+            j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) +
+                         chunk_ws_floats(m->d.Dk, m->d.Dv);
             j.work = epyq_model_alloc(j.work_per * (size_t)m->n_threads, sizeof(float));
             if (!j.work) st = epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
         }
         if (st == EPYQ_OK) {
             prep_job pj = {m, ly, p, u, ba, gl, beta};
-            epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->Hk);
+            epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
             epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
             st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
         }
         free(j.work);
     }
-    if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->H);
+    if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
     free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);
     return st;
 }

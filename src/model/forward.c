@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps,
                           float *y) {
@@ -24,16 +24,16 @@ void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, 
 
 epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                                float *x, epyq_err *err) {
-    size_t n = (size_t)p->T * m->H;
+    size_t n = (size_t)p->T * m->d.H;
     float *xn = epyq_model_alloc(n, sizeof(float)), *blk = epyq_model_alloc(n, sizeof(float));
     epyq_status st = xn && blk ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "layer: out of memory");
     if (st == EPYQ_OK) {
-        epyq_rmsnorm_zc_rows(x, ly->in_norm, p->T, m->H, m->eps, xn);
+        epyq_rmsnorm_zc_rows(x, ly->in_norm, p->T, m->d.H, m->eps, xn);
         st = ly->full ? epyq_attn_block(m, ly, p, xn, blk, err) : epyq_gdn_block(m, ly, p, xn, blk, err);
     }
     if (st == EPYQ_OK) {
         for (size_t i = 0; i < n; i++) x[i] += blk[i];
-        epyq_rmsnorm_zc_rows(x, ly->post_norm, p->T, m->H, m->eps, xn);
+        epyq_rmsnorm_zc_rows(x, ly->post_norm, p->T, m->d.H, m->eps, xn);
         st = epyq_moe_block(m, &ly->m, p->T, xn, blk, err);
     }
     if (st == EPYQ_OK)
@@ -48,8 +48,8 @@ epyq_status epyq_head_run(epyq_model *m, const epyq_rlin *head, const float *x, 
     epyq_act a;
     void *buf;
     int32_t gs = head->q4 ? head->w4.gs : m->gs; /* a requantised head has its own */
-    epyq_status st = epyq_rlin_act_gs(m, x, rows, m->H, gs, &a, &buf, err);
-    if (st == EPYQ_OK) epyq_rlin_run(m, head, &a, logits, m->V);
+    epyq_status st = epyq_rlin_act_gs(m, x, rows, m->d.H, gs, &a, &buf, err);
+    if (st == EPYQ_OK) epyq_rlin_run(m, head, &a, logits, m->d.V);
     free(buf);
     return st;
 }
@@ -85,9 +85,10 @@ static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan
             st = epyq_err_set(err, EPYQ_E_ARG,
                               "batch token %d: its sequence was left half-advanced by a failed forward (%s);"
                               " reset it before use", t, s->broken);
-        else if (b->tok[t] < 0 || b->tok[t] >= m->V)
-            st = epyq_err_set(err, EPYQ_E_ARG, "batch token %d: id %d outside the vocabulary [0, %d)", t,
-                              b->tok[t], m->V);
+        else if (b->tok[t] < 0 || b->tok[t] >= m->d.V)
+            st = epyq_err_set(err, EPYQ_E_ARG,
+                              "batch token %d: id %d outside the vocabulary [0, %d)", t, b->tok[t],
+                              m->d.V);
         if (st != EPYQ_OK) break;
         /* linear search: the number of distinct sequences in a batch is small */
         int32_t g = 0;
@@ -127,14 +128,14 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     epyq_batch_plan p;
     epyq_status st = plan_make(m, b, &p, err);
     if (st != EPYQ_OK) return st;
-    int32_t T = b->n, H = m->H;
+    int32_t T = b->n, H = m->d.H;
     m->fwd_bytes = 0;
     float *x = epyq_model_alloc((size_t)T * H, sizeof(float));
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
         st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H, err);
     bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
-    for (int32_t l = 0; st == EPYQ_OK && l < m->L; l++) {
+    for (int32_t l = 0; st == EPYQ_OK && l < m->d.L; l++) {
         moved = true;
         st = epyq_layer_forward(m, &m->layers[l], &p, x, err);
     }

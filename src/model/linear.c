@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 void *epyq_model_alloc(size_t n, size_t size) {
     size_t bytes;

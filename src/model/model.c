@@ -8,8 +8,8 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 #define TRY(x)                          \
     do {                                \
@@ -74,16 +74,16 @@ static epyq_status load_dense(epyq_model *m, epyq_rlin *dst, const epyq_linear *
 static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer_w *lw,
                               epyq_err *err) {
     ly->full = lw->full_attn;
-    TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)m->H, err));
-    TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)m->H, err));
+    TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)m->d.H, err));
+    TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)m->d.H, err));
     if (ly->full) {
         const epyq_attn_w *a = &lw->attn;
         TRY(load_dense(m, &ly->at.q, &a->q_proj, err));
         TRY(load_dense(m, &ly->at.k, &a->k_proj, err));
         TRY(load_dense(m, &ly->at.v, &a->v_proj, err));
         TRY(load_dense(m, &ly->at.o, &a->o_proj, err));
-        TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)m->hd, err));
-        TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)m->hd, err));
+        TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)m->d.hd, err));
+        TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)m->d.hd, err));
     } else {
         const epyq_gdn_w *g = &lw->gdn;
         TRY(load_dense(m, &ly->g.qkv, &g->in_proj_qkv, err));
@@ -92,27 +92,27 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
         TRY(epyq_rlin_load(m, &ly->g.b, &g->in_proj_b, true, err));
         TRY(epyq_rlin_load(m, &ly->g.a, &g->in_proj_a, true, err));
         TRY(load_dense(m, &ly->g.out, &g->out_proj, err));
-        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)m->conv_dim * m->Kc, err));
-        TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)m->Hv, err));
-        TRY(load_vec(&ly->g.neg_exp_A, g->A_log, (size_t)m->Hv, err));
-        for (int32_t h = 0; h < m->Hv; h++) ly->g.neg_exp_A[h] = -expf(ly->g.neg_exp_A[h]);
-        TRY(load_vec(&ly->g.norm, g->norm, (size_t)m->Dv, err));
+        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)m->d.conv_dim * m->d.Kc, err));
+        TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)m->d.Hv, err));
+        TRY(load_vec(&ly->g.neg_exp_A, g->A_log, (size_t)m->d.Hv, err));
+        for (int32_t h = 0; h < m->d.Hv; h++) ly->g.neg_exp_A[h] = -expf(ly->g.neg_exp_A[h]);
+        TRY(load_vec(&ly->g.norm, g->norm, (size_t)m->d.Dv, err));
     }
     const epyq_moe_w *mw = &lw->moe;
     TRY(epyq_rlin_load(m, &ly->m.router, &mw->router, true, err));
-    ly->m.gate = calloc((size_t)m->E, sizeof(epyq_rlin));
-    ly->m.up = calloc((size_t)m->E, sizeof(epyq_rlin));
-    ly->m.down = calloc((size_t)m->E, sizeof(epyq_rlin));
+    ly->m.gate = calloc((size_t)m->d.E, sizeof(epyq_rlin));
+    ly->m.up = calloc((size_t)m->d.E, sizeof(epyq_rlin));
+    ly->m.down = calloc((size_t)m->d.E, sizeof(epyq_rlin));
     if (!ly->m.gate || !ly->m.up || !ly->m.down)
         return epyq_err_set(err, EPYQ_E_NOMEM, "experts: out of memory");
     /* expert 0 first (it fixes the model's int4 group size), then the rest on the pool */
     TRY(load_expert(m, &ly->m, mw, 0, err));
-    expert_job j = {m, &ly->m, mw, calloc((size_t)m->E, sizeof(epyq_err))};
+    expert_job j = {m, &ly->m, mw, calloc((size_t)m->d.E, sizeof(epyq_err))};
     if (!j.errs) return epyq_err_set(err, EPYQ_E_NOMEM, "experts: out of memory");
-    if (ly->m.gate[0].q4) epyq_pool_run(m->pool, expert_task, &j, m->E - 1);
+    if (ly->m.gate[0].q4) epyq_pool_run(m->pool, expert_task, &j, m->d.E - 1);
     else /* a 16-bit expert 0 leaves gs unset: an int4 expert would set it, so stay serial */
-        for (int32_t e = 1; e < m->E; e++) expert_task(&j, e - 1, 0);
-    for (int32_t e = 1; e < m->E; e++)
+        for (int32_t e = 1; e < m->d.E; e++) expert_task(&j, e - 1, 0);
+    for (int32_t e = 1; e < m->d.E; e++)
         if (j.errs[e].code != EPYQ_OK) {
             *err = j.errs[e]; /* the lowest failing expert, whatever the thread timing */
             free(j.errs);
@@ -144,7 +144,7 @@ static void layer_free(const epyq_model *m, epyq_layer_rw *ly) {
     epyq_rlin_free(&ly->g.a), epyq_rlin_free(&ly->g.out);
     free(ly->g.conv), free(ly->g.neg_exp_A), free(ly->g.dt_bias), free(ly->g.norm);
     epyq_rlin_free(&ly->m.router);
-    for (int32_t e = 0; e < m->E; e++) {
+    for (int32_t e = 0; e < m->d.E; e++) {
         if (ly->m.gate) epyq_rlin_free(&ly->m.gate[e]);
         if (ly->m.up) epyq_rlin_free(&ly->m.up[e]);
         if (ly->m.down) epyq_rlin_free(&ly->m.down[e]);
@@ -158,7 +158,7 @@ void epyq_model_free(epyq_model *m) {
     if (!m) return;
     epyq_model_numa_free(m);
     if (m->layers)
-        for (int32_t l = 0; l < m->L; l++) layer_free(m, &m->layers[l]);
+        for (int32_t l = 0; l < m->d.L; l++) layer_free(m, &m->layers[l]);
     layer_free(m, &m->mtp);
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
@@ -179,50 +179,47 @@ void epyq_model_free(epyq_model *m) {
 }
 
 static epyq_status check_dims(const epyq_model *m, epyq_err *err) {
-    if (m->Hv % m->Hk || m->nq % m->nkv || m->rd % 2 || m->rd > m->hd || m->topk > m->E ||
-        m->topk > 64 || m->Kc < 1 || m->Kc > 16)
-        return epyq_err_set(err, EPYQ_E_SHAPE,
-                            "model: unsupported shape (value heads %d / key heads %d, q heads %d / kv"
-                            " heads %d, rotary %d of %d, top-%d of %d experts, conv %d)",
-                            m->Hv, m->Hk, m->nq, m->nkv, m->rd, m->hd, m->topk, m->E, m->Kc);
+    if (m->d.Hv % m->d.Hk || m->d.nq % m->d.nkv || m->d.rd % 2 || m->d.rd > m->d.hd ||
+        m->d.topk > m->d.E || m->d.topk > EPYQ_MAX_TOPK || m->d.Kc < 1 ||
+        m->d.Kc > EPYQ_MAX_CONV_TAPS)
+        return epyq_err_set(
+            err, EPYQ_E_SHAPE,
+            "model: unsupported shape (value heads %d / key heads %d, q heads %d / kv"
+            " heads %d, rotary %d of %d, top-%d of %d experts, conv %d)",
+            m->d.Hv, m->d.Hk, m->d.nq, m->d.nkv, m->d.rd, m->d.hd, m->d.topk, m->d.E, m->d.Kc);
     return EPYQ_OK;
 }
 
 static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err *err) {
     const epyq_config *c = m->c;
     const epyq_weights *w = m->w;
-    m->H = c->hidden_size, m->V = c->vocab_size, m->L = c->num_hidden_layers;
-    m->nq = c->num_attention_heads, m->nkv = c->num_key_value_heads, m->hd = c->head_dim;
-    m->rd = c->rotary_dim;
-    m->Hk = c->lin_num_key_heads, m->Hv = c->lin_num_value_heads;
-    m->Dk = c->lin_key_head_dim, m->Dv = c->lin_value_head_dim, m->Kc = c->conv_kernel;
-    m->conv_dim = 2 * m->Hk * m->Dk + m->Hv * m->Dv;
-    m->E = c->num_experts, m->topk = c->num_experts_per_tok;
-    m->I = c->moe_intermediate_size, m->Is = c->shared_expert_intermediate_size;
+    m->d = epyq_config_dims(c);
     m->eps = (float)c->rms_norm_eps;
     TRY(check_dims(m, err));
     if (o->requant_lm_head != EPYQ_REQUANT_NONE || o->requant_dense != EPYQ_REQUANT_NONE) {
         m->rq_lm_head = o->requant_lm_head, m->rq_dense = o->requant_dense;
         m->rq_gs = epyq_requant_group(w);
         if (m->rq_gs <= 0)
-            return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "--requant: no group size of 128, 64 or 32 "
-                                "divides every input width of this model (hidden %d)", m->H);
+            return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                                "--requant: no group size of 128, 64 or 32 "
+                                "divides every input width of this model (hidden %d)",
+                                m->d.H);
         /* requantised dense linears read the activation prepared for the int4 linears */
         if (m->rq_dense != EPYQ_REQUANT_NONE && !m->gs) m->gs = m->rq_gs;
     }
 
-    m->inv_freq = epyq_model_alloc((size_t)m->rd / 2 + 1, sizeof(double));
-    m->layers = calloc((size_t)m->L, sizeof(epyq_layer_rw));
+    m->inv_freq = epyq_model_alloc((size_t)m->d.rd / 2 + 1, sizeof(double));
+    m->layers = calloc((size_t)m->d.L, sizeof(epyq_layer_rw));
     if (!m->inv_freq || !m->layers) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
     /* angles are formed in double at run time; only the frequencies are stored */
     epyq_config_rope_freq(c, m->inv_freq, &m->rope_attn);
-    for (int32_t l = 0; l < m->L; l++) {
+    for (int32_t l = 0; l < m->d.L; l++) {
         epyq_layer_rw *ly = &m->layers[l];
         ly->slot = w->layers[l].full_attn ? m->n_attn++ : m->n_gdn++;
         TRY(load_layer(m, ly, &w->layers[l], err));
-        if (o->progress) o->progress(o->progress_ctx, l + 1, m->L + 1);
+        if (o->progress) o->progress(o->progress_ctx, l + 1, m->d.L + 1);
     }
-    TRY(load_vec(&m->final_norm, w->final_norm, (size_t)m->H, err));
+    TRY(load_vec(&m->final_norm, w->final_norm, (size_t)m->d.H, err));
     if (m->rq_lm_head != EPYQ_REQUANT_NONE && w->lm_head.kind != EPYQ_LIN_Q4)
         TRY(epyq_rlin_requant(m, &m->lm_head, &w->lm_head, m->rq_lm_head, m->rq_gs, err));
     else
@@ -250,9 +247,9 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
             TRY(epyq_rlin_requant(m, &m->mtp_fc, &w->mtp.fc, EPYQ_REQUANT_INT4, m->rq_gs, err));
         else
             TRY(epyq_rlin_load(m, &m->mtp_fc, &w->mtp.fc, false, err));
-        TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->H, err));
-        TRY(load_vec(&m->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)m->H, err));
-        TRY(load_vec(&m->mtp_norm, w->mtp.norm, (size_t)m->H, err));
+        TRY(load_vec(&m->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)m->d.H, err));
+        TRY(load_vec(&m->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)m->d.H, err));
+        TRY(load_vec(&m->mtp_norm, w->mtp.norm, (size_t)m->d.H, err));
         if (!w->mtp.layer.full_attn)
             return epyq_err_set(err, EPYQ_E_SHAPE, "mtp.layers.0: expected a full-attention layer");
         epyq_status st = load_layer(m, &m->mtp, &w->mtp.layer, err);
@@ -260,7 +257,7 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
         TRY(st);
         m->mtp.slot = m->n_attn;
     }
-    if (o->progress) o->progress(o->progress_ctx, m->L + 1, m->L + 1);
+    if (o->progress) o->progress(o->progress_ctx, m->d.L + 1, m->d.L + 1);
     return EPYQ_OK;
 }
 
@@ -315,8 +312,8 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
         epyq_model_free(m);
         return st;
     }
-    epyq_log_debug("model: %d layers (%d attention), %s int4 group %d, %d threads", m->L, m->n_attn,
-                   epyq_qformat_name(m->c->qformat), m->gs, m->n_threads);
+    epyq_log_debug("model: %d layers (%d attention), %s int4 group %d, %d threads", m->d.L,
+                   m->n_attn, epyq_qformat_name(m->c->qformat), m->gs, m->n_threads);
     *out = m;
     return EPYQ_OK;
 }
@@ -336,7 +333,7 @@ void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant
  * experts (not the routed experts, not the lm_head). */
 static uint64_t fixed_bytes(const epyq_model *m) {
     uint64_t b = 0;
-    for (int32_t l = 0; l < m->L; l++) {
+    for (int32_t l = 0; l < m->d.L; l++) {
         const epyq_layer_rw *ly = &m->layers[l];
         if (ly->full)
             b += epyq_rlin_bytes(&ly->at.q) + epyq_rlin_bytes(&ly->at.k) + epyq_rlin_bytes(&ly->at.v) +
@@ -353,11 +350,11 @@ static uint64_t fixed_bytes(const epyq_model *m) {
 
 uint64_t epyq_model_active_bytes(const epyq_model *m) {
     uint64_t b = epyq_rlin_bytes(&m->lm_head) + fixed_bytes(m);
-    for (int32_t l = 0; l < m->L; l++) {
+    for (int32_t l = 0; l < m->d.L; l++) {
         const epyq_moe_rw *mw = &m->layers[l].m;
         /* top-k of E experts, taking expert 0 as the typical size */
-        b += (uint64_t)m->topk * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
-                                  epyq_rlin_bytes(&mw->down[0]));
+        b += (uint64_t)m->d.topk * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
+                                    epyq_rlin_bytes(&mw->down[0]));
     }
     return b;
 }

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "kernels-x86/kern.h"
-#include "load/config.h"
+#include "load/model_config.h"
 #include "load/weights.h"
 #include "numa/plan.h"
 

@@ -71,11 +71,8 @@ struct epyq_model {
     int32_t rq_gs;              /* group size of requantised linears */
     epyq_requant rq_experts;    /* while loading a layer: its 16-bit routed experts requantised
                                    (the MTP layer's, when drafts read a draft copy) */
-    /* dimensions */
-    int32_t H, V, L, n_attn, n_gdn;
-    int32_t nq, nkv, hd, rd;
-    int32_t Hk, Hv, Dk, Dv, Kc, conv_dim;
-    int32_t E, topk, I, Is;
+    epyq_dims d;                /* sizes (load/model_config.h), from epyq_config_dims */
+    int32_t n_attn, n_gdn;      /* trunk layers of each kind; a layer's slot counts its kind */
     float eps;
     double *inv_freq;           /* [rd/2] rotary frequencies (double: angles reach 2.6e5 rad) */
     double rope_attn;           /* YaRN's cos/sin scale (epyq_config_rope_freq), 1 without it */

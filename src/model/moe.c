@@ -45,7 +45,7 @@ typedef struct {
 
 static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, const epyq_rlin **up,
                         const epyq_rlin **down) {
-    bool shared = e == j->m->E;
+    bool shared = e == j->m->d.E;
     *gate = shared ? &j->mw->sh_gate : &j->mw->gate[e];
     *up = shared ? &j->mw->sh_up : &j->mw->up[e];
     *down = shared ? &j->mw->sh_down : &j->mw->down[e];
@@ -53,7 +53,7 @@ static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, con
 
 /* int8 activations only in the routed experts (see epyq_model_opts.path) */
 static epyq_numpath expert_path(const moe_job *j, int32_t e) {
-    return e == j->m->E ? EPYQ_PATH_A16 : j->m->path;
+    return e == j->m->d.E ? EPYQ_PATH_A16 : j->m->path;
 }
 
 /* Rows [r0, r1) of piece `piece` of n rows in p pieces, whole 16-row tiles. */
@@ -67,7 +67,7 @@ static void piece_rows(int32_t n, int32_t piece, int32_t p, int32_t *r0, int32_t
 /* The input rows of a task's entries [base, base + n): xg [n][H], in the act-order column
  * order of the expert's gate/up when they have one (perm, see epyq_rlin_load_expert). */
 static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t *perm, float *xg) {
-    int32_t H = j->m->H;
+    int32_t H = j->m->d.H;
     for (int32_t r = 0; r < n; r++) {
         const float *x = j->x + (size_t)j->ent_tok[base + r] * H;
         if (perm)
@@ -81,7 +81,7 @@ static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t
 static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, const int32_t *perm,
                        float *xg, epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
-    int32_t H = m->H;
+    int32_t H = m->d.H;
     gather_rows(j, base, n, perm, xg);
     *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
     *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
@@ -129,7 +129,7 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     const moe_task_t *tk = &j->tasks[task];
     const epyq_rlin *gate, *up, *down;
     expert_lins(j, tk->e, &gate, &up, &down);
-    int32_t n = tk->n, H = m->H, base = j->e_off[tk->e] + tk->off;
+    int32_t n = tk->n, H = m->d.H, base = j->e_off[tk->e] + tk->off;
     float *xg = malloc((size_t)n * H * sizeof(float)), *y = malloc((size_t)n * H * sizeof(float));
     const float *rw = j->ent_w + base; /* routing weights of the task's entries, in order */
     void *abuf = NULL, *scratch = NULL;
@@ -167,7 +167,8 @@ static piece_t piece_of(const moe_job *j, int32_t task, bool rows_of_down) {
     expert_lins(j, pc.tk->e, &pc.gate, &pc.up, &pc.down);
     pc.n = pc.tk->n, pc.base = j->e_off[pc.tk->e] + pc.tk->off;
     piece_rows(rows_of_down ? pc.down->n : pc.gate->n, task % j->pieces, j->pieces, &pc.r0, &pc.r1);
-    pc.scratch = epyq_model_alloc(j->m->kt->w4_expert_scratch_bytes(pc.n, pc.gate->n, j->m->H), 1);
+    pc.scratch =
+        epyq_model_alloc(j->m->kt->w4_expert_scratch_bytes(pc.n, pc.gate->n, j->m->d.H), 1);
     return pc;
 }
 
@@ -177,7 +178,7 @@ static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
     moe_job *j = ctx;
     const epyq_model *m = j->m;
     piece_t pc = piece_of(j, task, false);
-    float *xg = malloc((size_t)pc.n * m->H * sizeof(float));
+    float *xg = malloc((size_t)pc.n * m->d.H * sizeof(float));
     void *abuf = NULL;
     epyq_act xa;
     bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), pc.gate->perm, xg, &xa,
@@ -196,8 +197,9 @@ static void moe_down_task(void *ctx, int32_t task, int32_t worker) {
     const epyq_model *m = j->m;
     piece_t pc = piece_of(j, task, true);
     if (pc.scratch)
-        m->kt->w4_expert_down(&pc.down->w4, pc.r0, pc.r1, 0, pc.gate->n, j->h + (size_t)pc.base * j->ld_h, pc.n,
-                              expert_path(j, pc.tk->e), j->ent_w + pc.base, j->ye + (size_t)pc.base * m->H, m->H,
+        m->kt->w4_expert_down(&pc.down->w4, pc.r0, pc.r1, 0, pc.gate->n,
+                              j->h + (size_t)pc.base * j->ld_h, pc.n, expert_path(j, pc.tk->e),
+                              j->ent_w + pc.base, j->ye + (size_t)pc.base * m->d.H, m->d.H,
                               pc.scratch);
     else
         atomic_store(&j->failed, 1);
@@ -222,11 +224,11 @@ static int32_t split_pieces(int32_t n_tasks, int32_t P) {
 /* softmax over E, top-k by probability (ties to the lower id), renormalised */
 static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float *w) {
     double mx = -INFINITY, tot = 0.0;
-    double p[1024];
+    double p[EPYQ_MAX_EXPERTS];
     for (int32_t e = 0; e < E; e++) mx = logit[e] > mx ? logit[e] : mx;
     /* the softmax normaliser cancels in the renormalisation, so it is never formed */
     for (int32_t e = 0; e < E; e++) p[e] = exp(logit[e] - mx);
-    uint64_t taken[16] = {0};
+    uint64_t taken[EPYQ_MAX_EXPERTS / 64] = {0};
     for (int32_t i = 0; i < k; i++) {
         int32_t best = -1;
         for (int32_t e = 0; e < E; e++)
@@ -238,103 +240,177 @@ static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float 
     for (int32_t i = 0; i < k; i++) w[i] = (float)(p[sel[i]] / tot);
 }
 
+/* One MoE call's routing and buffers, what the steps below hand each other. An entry is one
+ * (token, slot) pair: slots 0..K-1 are the token's routed experts in top-k order, slot K the
+ * shared expert. */
+typedef struct {
+    int32_t T, E, K, S; /* tokens, routed experts, top-k, slots per token (K + 1) */
+    float *logit;       /* [T][E] router logits */
+    float *sg;          /* [T] shared-expert gate, after the sigmoid */
+    int32_t *sel;       /* [T][K] chosen experts, in top-k order */
+    float *wt;          /* [T][K] their renormalised weights */
+    int32_t *e_off;     /* [E + 2] entries of expert e: [e_off[e], e_off[e + 1]); E = shared */
+    int32_t *ent_tok;   /* [T * S] token of each entry, grouped by expert */
+    int32_t *ent_row;   /* [T * S] its output row t * S + slot */
+    float *ent_w;       /* [T * S] its weight (shared: the gate) */
+    moe_task_t *tasks;  /* chunks of at most MOE_CHUNK entries of one expert */
+    int32_t nt;         /* tasks in use */
+    int32_t numa_layer; /* >= 0: the routed experts run on their nodes (numa_moe.c) */
+    float *ys;          /* [T][S][H] one output row per entry */
+} moe_plan;
+
+static void moe_plan_free(moe_plan *p) {
+    free(p->logit), free(p->sg), free(p->sel), free(p->wt), free(p->e_off);
+    free(p->ent_tok), free(p->ent_row), free(p->ent_w), free(p->tasks), free(p->ys);
+}
+
+static epyq_status moe_plan_alloc(moe_plan *p, const epyq_model *m, int32_t T, epyq_err *err) {
+    const int32_t E = m->d.E, K = m->d.topk, S = K + 1;
+    const size_t n_ent = (size_t)T * S;
+    *p = (moe_plan){.T = T, .E = E, .K = K, .S = S};
+    p->logit = epyq_model_alloc((size_t)T * E, sizeof(float));
+    p->sg = epyq_model_alloc((size_t)T, sizeof(float));
+    p->sel = malloc((size_t)T * K * sizeof(int32_t));
+    p->wt = malloc((size_t)T * K * sizeof(float));
+    p->e_off = calloc((size_t)E + 2, sizeof(int32_t));
+    p->ent_tok = malloc(n_ent * sizeof(int32_t));
+    p->ent_row = malloc(n_ent * sizeof(int32_t));
+    p->ent_w = malloc(n_ent * sizeof(float));
+    /* at most one partial chunk per expert beyond the full ones */
+    p->tasks = malloc((n_ent / MOE_CHUNK + (size_t)E + 2) * sizeof(moe_task_t));
+    p->ys = epyq_model_alloc(n_ent * m->d.H, sizeof(float));
+    if (p->logit && p->sg && p->sel && p->wt && p->e_off && p->ent_tok && p->ent_row && p->ent_w &&
+        p->tasks && p->ys)
+        return EPYQ_OK;
+    return epyq_err_set(err, EPYQ_E_NOMEM, "MoE over %d tokens: out of memory", T);
+}
+
+/* Route: the router and the shared-expert gate over the prepared activation, then per token
+ * softmax top-k and the gate's sigmoid. */
+static void moe_route(epyq_model *m, const epyq_moe_rw *mw, const epyq_act *act, moe_plan *p) {
+    const epyq_rlin_out gates[] = {{&mw->router, p->logit, p->E}, {&mw->sh_expert_gate, p->sg, 1}};
+    epyq_rlin_run_many(m, gates, 2, act);
+    for (int32_t t = 0; t < p->T; t++) {
+        route(p->logit + (size_t)t * p->E, p->E, p->K, p->sel + (size_t)t * p->K,
+              p->wt + (size_t)t * p->K);
+        p->sg[t] = 1.0f / (1.0f + expf(-p->sg[t]));
+    }
+}
+
+/* Group: a counting sort of the entries by expert (the shared expert is expert E), then the
+ * tasks, each expert's entries in chunks of MOE_CHUNK. Also counts the routed-expert weight
+ * bytes this call streams into m->fwd_bytes. */
+static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, epyq_err *err) {
+    const int32_t T = p->T, E = p->E, K = p->K, S = p->S;
+    int32_t *e_off = p->e_off;
+    for (int32_t t = 0; t < T; t++) {
+        for (int32_t i = 0; i < K; i++) e_off[p->sel[(size_t)t * K + i] + 1]++;
+        e_off[E + 1]++;
+    }
+    for (int32_t e = 0; e <= E; e++) e_off[e + 1] += e_off[e];
+    /* every routed expert a token chose, once (expert 0's size stands for all: NUMA mode packs
+     * the others on their nodes) */
+    uint64_t touched = 0;
+    for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e];
+    m->fwd_bytes += touched * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
+                               epyq_rlin_bytes(&mw->down[0]));
+    int32_t *fill = malloc(((size_t)E + 1) * sizeof(int32_t));
+    if (!fill) return epyq_err_set(err, EPYQ_E_NOMEM, "MoE: out of memory");
+    memcpy(fill, e_off, ((size_t)E + 1) * sizeof(int32_t));
+    for (int32_t t = 0; t < T; t++) {
+        for (int32_t i = 0; i < K; i++) {
+            int32_t e = p->sel[(size_t)t * K + i], at = fill[e]++;
+            p->ent_tok[at] = t, p->ent_row[at] = t * S + i, p->ent_w[at] = p->wt[(size_t)t * K + i];
+        }
+        int32_t at = fill[E]++;
+        p->ent_tok[at] = t, p->ent_row[at] = t * S + K, p->ent_w[at] = p->sg[t];
+    }
+    free(fill);
+    p->nt = 0;
+    /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
+    p->numa_layer = epyq_moe_numa_layer(m, mw);
+    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= E; e++)
+        for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
+            int32_t n = e_off[e + 1] - e_off[e] - off;
+            p->tasks[p->nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
+        }
+    return EPYQ_OK;
+}
+
+/* Run: every task on the pool, as whole-expert tasks or (small batches, int4 experts) in the
+ * two split phases; then, in NUMA mode, the routed experts on their nodes. Fills p->ys. */
+static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x, moe_plan *p,
+                           epyq_err *err) {
+    const int32_t H = m->d.H, nt = p->nt;
+    const size_t n_ent = (size_t)p->T * p->S;
+    moe_job j = {.m = m,
+                 .mw = mw,
+                 .x = x,
+                 .ent_tok = p->ent_tok,
+                 .ent_row = p->ent_row,
+                 .ent_w = p->ent_w,
+                 .e_off = p->e_off,
+                 .tasks = p->tasks,
+                 .ys = p->ys,
+                 .pieces = 1};
+    bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
+              (p->numa_layer >= 0 || mw->gate[0].q4);
+    j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
+    if (j.pieces > 1) {
+        j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
+        j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
+        j.ye = epyq_model_alloc(n_ent * (size_t)H, sizeof(float));
+        if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
+    }
+    if (j.pieces > 1) {
+        epyq_pool_run(m->pool, moe_gu_task, &j, nt * j.pieces);
+        if (!atomic_load(&j.failed)) epyq_pool_run(m->pool, moe_down_task, &j, nt * j.pieces);
+        for (int32_t t = 0; t < nt && !atomic_load(&j.failed); t++)
+            for (int32_t r = 0, base = p->e_off[p->tasks[t].e] + p->tasks[t].off; r < p->tasks[t].n;
+                 r++)
+                memcpy(p->ys + (size_t)p->ent_row[base + r] * H, j.ye + (size_t)(base + r) * H,
+                       (size_t)H * sizeof(float));
+    } else {
+        epyq_pool_run(m->pool, moe_task, &j, nt);
+    }
+    free(j.h), free(j.ye);
+    if (atomic_load(&j.failed))
+        return epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
+    /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
+    if (p->numa_layer >= 0)
+        return epyq_moe_numa_run(m, p->numa_layer, mw, p->T, x, p->sel, p->wt, p->ys, p->S * H,
+                                 err);
+    return EPYQ_OK;
+}
+
+/* Sum: each token's output rows in slot order (its top-k order, the shared expert last). */
+static void moe_sum(const moe_plan *p, int32_t H, float *out) {
+    for (int32_t t = 0; t < p->T; t++) {
+        float *o = out + (size_t)t * H;
+        const float *y = p->ys + (size_t)t * p->S * H;
+        memcpy(o, y, (size_t)H * sizeof(float));
+        for (int32_t s = 1; s < p->S; s++)
+            for (int32_t i = 0; i < H; i++) o[i] += y[(size_t)s * H + i];
+    }
+}
+
 epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, const float *x,
                            float *out, epyq_err *err) {
-    int32_t E = m->E, K = m->topk, H = m->H, S = K + 1;
-    if (E > 1024) return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "MoE: %d experts (at most 1024)", E);
-    size_t n_ent = (size_t)T * S;
-    float *logit = epyq_model_alloc((size_t)T * E, sizeof(float));
-    float *sg = epyq_model_alloc((size_t)T, sizeof(float));
-    int32_t *sel = malloc((size_t)T * K * sizeof(int32_t));
-    float *wt = malloc((size_t)T * K * sizeof(float));
-    int32_t *e_off = calloc((size_t)E + 2, sizeof(int32_t));
-    int32_t *ent_tok = malloc(n_ent * sizeof(int32_t)), *ent_row = malloc(n_ent * sizeof(int32_t));
-    float *ent_w = malloc(n_ent * sizeof(float));
-    /* at most one partial chunk per expert beyond the full ones */
-    moe_task_t *tasks = malloc((n_ent / MOE_CHUNK + (size_t)E + 2) * sizeof(moe_task_t));
-    float *ys = epyq_model_alloc(n_ent * H, sizeof(float));
+    if (m->d.E > EPYQ_MAX_EXPERTS)
+        return epyq_err_set(err, EPYQ_E_UNSUPPORTED, "MoE: %d experts (at most %d)", m->d.E,
+                            EPYQ_MAX_EXPERTS);
+    moe_plan p;
     epyq_act act = {0};
     void *abuf = NULL;
-    epyq_status st = logit && sg && sel && wt && e_off && ent_tok && ent_row && ent_w && tasks && ys
-                         ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "MoE over %d tokens: out of memory", T);
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, H, &act, &abuf, err);
-    if (st == EPYQ_OK) {
-        const epyq_rlin_out gates[] = {{&mw->router, logit, E}, {&mw->sh_expert_gate, sg, 1}};
-        epyq_rlin_run_many(m, gates, 2, &act);
-        for (int32_t t = 0; t < T; t++) {
-            route(logit + (size_t)t * E, E, K, sel + (size_t)t * K, wt + (size_t)t * K);
-            sg[t] = 1.0f / (1.0f + expf(-sg[t]));
-        }
-        /* counting sort of (token, slot) entries by expert; the shared expert is entry E */
-        for (int32_t t = 0; t < T; t++) {
-            for (int32_t i = 0; i < K; i++) e_off[sel[(size_t)t * K + i] + 1]++;
-            e_off[E + 1]++;
-        }
-        for (int32_t e = 0; e <= E; e++) e_off[e + 1] += e_off[e];
-        /* weight bytes this call streams: every routed expert a token chose, once (expert 0's
-         * size stands for all: NUMA mode packs the others on their nodes) */
-        uint64_t touched = 0;
-        for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e];
-        m->fwd_bytes += touched * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
-                                   epyq_rlin_bytes(&mw->down[0]));
-        int32_t *fill = malloc(((size_t)E + 1) * sizeof(int32_t));
-        if (!fill) st = epyq_err_set(err, EPYQ_E_NOMEM, "MoE: out of memory");
-        if (st == EPYQ_OK) {
-            memcpy(fill, e_off, ((size_t)E + 1) * sizeof(int32_t));
-            for (int32_t t = 0; t < T; t++) {
-                for (int32_t i = 0; i < K; i++) {
-                    int32_t e = sel[(size_t)t * K + i], at = fill[e]++;
-                    ent_tok[at] = t, ent_row[at] = t * S + i, ent_w[at] = wt[(size_t)t * K + i];
-                }
-                int32_t at = fill[E]++;
-                ent_tok[at] = t, ent_row[at] = t * S + K, ent_w[at] = sg[t];
-            }
-            int32_t nt = 0;
-            /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
-            int32_t numa_layer = epyq_moe_numa_layer(m, mw);
-            for (int32_t e = numa_layer >= 0 ? E : 0; e <= E; e++)
-                for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
-                    int32_t n = e_off[e + 1] - e_off[e] - off;
-                    tasks[nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
-                }
-            moe_job j = {.m = m, .mw = mw, .x = x, .ent_tok = ent_tok, .ent_row = ent_row, .ent_w = ent_w,
-                         .e_off = e_off, .tasks = tasks, .ys = ys, .pieces = 1};
-            bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
-                      (numa_layer >= 0 || mw->gate[0].q4);
-            j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
-            if (j.pieces > 1) {
-                j.ld_h = m->I > m->Is ? m->I : m->Is;
-                j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
-                j.ye = epyq_model_alloc(n_ent * (size_t)H, sizeof(float));
-                if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
-            }
-            if (j.pieces > 1) {
-                epyq_pool_run(m->pool, moe_gu_task, &j, nt * j.pieces);
-                if (!atomic_load(&j.failed)) epyq_pool_run(m->pool, moe_down_task, &j, nt * j.pieces);
-                for (int32_t t = 0; t < nt && !atomic_load(&j.failed); t++)
-                    for (int32_t r = 0, base = e_off[tasks[t].e] + tasks[t].off; r < tasks[t].n; r++)
-                        memcpy(ys + (size_t)ent_row[base + r] * H, j.ye + (size_t)(base + r) * H,
-                               (size_t)H * sizeof(float));
-            } else {
-                epyq_pool_run(m->pool, moe_task, &j, nt);
-            }
-            free(j.h), free(j.ye);
-            if (atomic_load(&j.failed)) st = epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
-            /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
-            if (st == EPYQ_OK && numa_layer >= 0)
-                st = epyq_moe_numa_run(m, numa_layer, mw, T, x, sel, wt, ys, S * H, err);
-        }
-        free(fill);
-    }
-    if (st == EPYQ_OK)
-        for (int32_t t = 0; t < T; t++) {
-            float *o = out + (size_t)t * H;
-            const float *y = ys + (size_t)t * S * H;
-            memcpy(o, y, (size_t)H * sizeof(float));
-            for (int32_t s = 1; s < S; s++)
-                for (int32_t i = 0; i < H; i++) o[i] += y[(size_t)s * H + i];
-        }
-    free(logit), free(sg), free(sel), free(wt), free(e_off), free(ent_tok), free(ent_row), free(ent_w);
-    free(tasks), free(ys), free(abuf);
+    epyq_status st = moe_plan_alloc(&p, m, T, err);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
+    moe_route(m, mw, &act, &p);
+    if ((st = moe_group(m, mw, &p, err)) != EPYQ_OK) goto done;
+    if ((st = moe_run(m, mw, x, &p, err)) != EPYQ_OK) goto done;
+    moe_sum(&p, m->d.H, out);
+done:
+    moe_plan_free(&p);
+    free(abuf);
     return st;
 }

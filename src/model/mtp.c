@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load/tensor_f32.h"
 #include "model/model_impl.h"
-#include "model/tensor_f32.h"
 
 epyq_status epyq_model_mtp(epyq_model *m, epyq_seq *s, int32_t n, const float *h,
                            const int32_t *tok, const int32_t *pos, int32_t n_logits,
@@ -28,11 +28,11 @@ epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, 
         if (pos[i] < 0 || pos[i] >= s->n_ctx)
             return epyq_err_set(err, EPYQ_E_CTX_FULL, "MTP row %d: position %d outside the context of %d",
                                 i, pos[i], s->n_ctx);
-        if (tok[i] < 0 || tok[i] >= m->V)
-            return epyq_err_set(err, EPYQ_E_ARG, "MTP row %d: id %d outside the vocabulary [0, %d)", i,
-                                tok[i], m->V);
+        if (tok[i] < 0 || tok[i] >= m->d.V)
+            return epyq_err_set(err, EPYQ_E_ARG, "MTP row %d: id %d outside the vocabulary [0, %d)",
+                                i, tok[i], m->d.V);
     }
-    int32_t H = m->H;
+    int32_t H = m->d.H;
     float *cat = epyq_model_alloc((size_t)n * 2 * H, sizeof(float));
     float *x = epyq_model_alloc((size_t)n * H, sizeof(float));
     epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);

@@ -39,9 +39,11 @@ struct epyq_model_numa {
 };
 
 /* The MoE weights of plan layer l: trunk layers, then the MTP layer. */
-static epyq_moe_rw *layer_rw(epyq_model *m, int32_t l) { return l < m->L ? &m->layers[l].m : &m->mtp.m; }
+static epyq_moe_rw *layer_rw(epyq_model *m, int32_t l) {
+    return l < m->d.L ? &m->layers[l].m : &m->mtp.m;
+}
 static const epyq_moe_w *layer_w(const epyq_model *m, int32_t l) {
-    return l < m->L ? &m->w->layers[l].moe : &m->w->mtp.layer.moe;
+    return l < m->d.L ? &m->w->layers[l].moe : &m->w->mtp.layer.moe;
 }
 
 /* Packed bytes of one linear, the most its packing can take (asymmetric only when the
@@ -93,7 +95,7 @@ static void add_layer(epyq_layer_rw *ly, epyq_rlin **out, int32_t *n) {
 
 static int32_t dense_lins(epyq_model *m, epyq_rlin **out) {
     int32_t n = 0;
-    for (int32_t l = 0; l < m->L; l++) add_layer(&m->layers[l], out, &n);
+    for (int32_t l = 0; l < m->d.L; l++) add_layer(&m->layers[l], out, &n);
     if (m->has_mtp) add_layer(&m->mtp, out, &n);
     if (m->lm_head.n > 0 && n < DENSE_MAX) out[n++] = &m->lm_head;
     if (m->mtp_fc.n > 0 && n < DENSE_MAX) out[n++] = &m->mtp_fc;
@@ -167,7 +169,7 @@ void epyq_model_numa_free(epyq_model *m) {
      * some experts may still own heap memory: those are left to layer_free) */
     for (int32_t l = 0; n->bufs && l < n->n_layers; l++) {
         epyq_moe_rw *mr = layer_rw(m, l);
-        for (int32_t e = 0; mr->gate && e < m->E; e++) {
+        for (int32_t e = 0; mr->gate && e < m->d.E; e++) {
             epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
             for (int32_t i = 0; i < 3; i++)
                 if (placed(n, lin[i]->w4.mem)) free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
@@ -213,7 +215,7 @@ static void pack_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     pack_job *j = ctx;
     epyq_model *m = j->m;
-    int32_t id = j->list[task], l = id / m->E, e = id % m->E;
+    int32_t id = j->list[task], l = id / m->d.E, e = id % m->d.E;
     epyq_moe_rw *mr = layer_rw(m, l);
     const epyq_moe_w *mw = layer_w(m, l);
     epyq_err *err = &j->errs[id];
@@ -247,7 +249,7 @@ static void pack_start(epyq_pool *p, bool driver, pack_job *j, int32_t n) {
 static epyq_status place_experts(epyq_model *m, epyq_err *err) {
     epyq_model_numa *n = m->numa;
     const epyq_numa_plan *plan = n->setup->plan;
-    const int32_t G = n->n_groups, E = m->E;
+    const int32_t G = n->n_groups, E = m->d.E;
     const size_t ids = (size_t)n->n_layers * (size_t)E;
     size_t *off = malloc(ids * sizeof *off);
     int32_t *list = malloc(ids * sizeof *list), *count = calloc((size_t)G + 1, sizeof *count);
@@ -348,17 +350,18 @@ static void numa_model_desc(const epyq_model *m, epyq_numa_model *d) {
     const epyq_moe_w *mw = layer_w(m, 0);
     epyq_model_numa *n = m->numa;
     memset(d, 0, sizeof *d);
-    snprintf(n->name, sizeof n->name, "%d layers x %d experts, %s int4 g%d", (int)m->L, (int)m->E,
-             epyq_qformat_name(m->c->qformat), (int)m->gs);
+    snprintf(n->name, sizeof n->name, "%d layers x %d experts, %s int4 g%d", (int)m->d.L,
+             (int)m->d.E, epyq_qformat_name(m->c->qformat), (int)m->gs);
     d->name = n->name;
     d->n_layers = n->n_layers;
-    d->n_experts = m->E;
-    d->top_k = m->topk;
+    d->n_experts = m->d.E;
+    d->top_k = m->d.topk;
     d->expert_bytes = expert_slot_bytes(mw, 0);
     /* everything else a token reads, plus one embedding copy (bf16) */
-    uint64_t routed = (uint64_t)m->L * (uint64_t)m->topk * d->expert_bytes;
+    uint64_t routed = (uint64_t)m->d.L * (uint64_t)m->d.topk * d->expert_bytes;
     uint64_t active = epyq_model_active_bytes(m);
-    d->dense_bytes = (active > routed ? active - routed : 0) + (uint64_t)m->V * (uint64_t)m->H * 2u;
+    d->dense_bytes =
+        (active > routed ? active - routed : 0) + (uint64_t)m->d.V * (uint64_t)m->d.H * 2u;
 }
 
 epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t slice, epyq_err *err) {
@@ -367,16 +370,16 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
                             "%s: --numa places int4 routed experts; this checkpoint's experts are 16-bit "
                             "(use --numa off)", layer_w(m, 0)->gate[0].module);
     slice = slice > 0 ? slice : 128;
-    if (slice % m->gs || m->I % m->gs)
+    if (slice % m->gs || m->d.I % m->gs)
         return epyq_err_set(err, EPYQ_E_ARG, "MoE slice of %d rows: expected a multiple of the int4 group size %d",
                             (int)slice, (int)m->gs);
-    if (slice > m->I) slice = m->I;
+    if (slice > m->d.I) slice = m->d.I;
     epyq_model_numa *n = calloc(1, sizeof *n);
     if (!n) return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
     m->numa = n;
     /* the MTP layer's experts are placed too when int4 (some checkpoints keep them 16-bit:
      * those stay on the single-pool path) */
-    n->n_layers = m->L + (m->has_mtp && m->mtp.m.gate[0].q4 ? 1 : 0);
+    n->n_layers = m->d.L + (m->has_mtp && m->mtp.m.gate[0].q4 ? 1 : 0);
     n->slice = slice;
     epyq_numa_model desc;
     numa_model_desc(m, &desc);
@@ -387,8 +390,10 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
     }
     if (st == EPYQ_OK) st = place_dense(m, err);
     if (st == EPYQ_OK) {
-        epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS, .top_k = m->topk,
-                              .n_slices = (m->I + slice - 1) / slice, .width = m->H,
+        epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
+                              .top_k = m->d.topk,
+                              .n_slices = (m->d.I + slice - 1) / slice,
+                              .width = m->d.H,
                               .max_unit_tokens = UNIT_TOKENS};
         st = epyq_moe_dispatch_create(&n->disp, n->setup->rt, &dims, err);
     }
@@ -412,8 +417,8 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
     unit_job *j = ctx;
     const epyq_model *m = j->m;
     const epyq_moe_rw *mw = j->mw;
-    const int32_t H = m->H, n = u->n_tokens, sl = (m->I + u->n_slices - 1) / u->n_slices;
-    const int32_t i0 = u->slice * sl, i1 = i0 + sl < m->I ? i0 + sl : m->I;
+    const int32_t H = m->d.H, n = u->n_tokens, sl = (m->d.I + u->n_slices - 1) / u->n_slices;
+    const int32_t i0 = u->slice * sl, i1 = i0 + sl < m->d.I ? i0 + sl : m->d.I;
     const epyq_rlin *gate = &mw->gate[u->expert], *up = &mw->up[u->expert], *down = &mw->down[u->expert];
     float *xg = malloc((size_t)n * H * sizeof(float));
     void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, m->path), 1);
@@ -435,7 +440,7 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
 
 epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
                               const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err) {
-    const int32_t K = m->topk, H = m->H;
+    const int32_t K = m->d.topk, H = m->d.H;
     for (int32_t t0 = 0; t0 < T; t0 += BATCH_TOKENS) {
         int32_t n = T - t0 < BATCH_TOKENS ? T - t0 : BATCH_TOKENS;
         unit_job j = {m, mw, x + (size_t)t0 * H, 0};

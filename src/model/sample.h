@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "load/config.h"
+#include "load/model_config.h"
 
 typedef struct {
     float temperature;         /* <= 0: greedy */

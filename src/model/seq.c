@@ -40,7 +40,7 @@ epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_k
     s->n_kv_layers = m->n_attn + (m->has_mtp ? 1 : 0);
     s->kv_elem = kv == EPYQ_KV_FP8 ? 1 : 2;
     size_t rows = (size_t)s->n_kv_layers * (size_t)n_ctx, per_row, kv_bytes = 0;
-    bool ok = epyq_mul_size((size_t)m->nkv * m->hd, s->kv_elem, &per_row) &&
+    bool ok = epyq_mul_size((size_t)m->d.nkv * m->d.hd, s->kv_elem, &per_row) &&
               epyq_mul_size(rows, per_row, &kv_bytes);
     if (ok && kv_bytes) {
         s->k = epyq_model_alloc(kv_bytes, 1);
@@ -48,9 +48,10 @@ epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_k
         ok = s->k && s->v;
     }
     if (ok && m->n_gdn) {
-        s->conv = epyq_model_alloc((size_t)m->n_gdn * (size_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1),
-                                   (size_t)m->conv_dim * sizeof(float));
-        s->S = epyq_model_alloc((size_t)m->n_gdn * m->Hv, (size_t)m->Dk * m->Dv * sizeof(float));
+        s->conv = epyq_model_alloc((size_t)m->n_gdn * (size_t)(m->d.Kc - 1 > 0 ? m->d.Kc - 1 : 1),
+                                   (size_t)m->d.conv_dim * sizeof(float));
+        s->S =
+            epyq_model_alloc((size_t)m->n_gdn * m->d.Hv, (size_t)m->d.Dk * m->d.Dv * sizeof(float));
         ok = s->conv && s->S;
     }
     if (!ok) {
@@ -72,17 +73,20 @@ void epyq_seq_reset(epyq_seq *s) {
     const epyq_model *m = s->m;
     /* KV rows past pos are never read, so only the recurrent states need clearing */
     if (m->n_gdn) {
-        memset(s->conv, 0, (size_t)m->n_gdn * (size_t)(m->Kc - 1) * m->conv_dim * sizeof(float));
-        memset(s->S, 0, (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv * sizeof(float));
+        memset(s->conv, 0,
+               (size_t)m->n_gdn * (size_t)(m->d.Kc - 1) * m->d.conv_dim * sizeof(float));
+        memset(s->S, 0, (size_t)m->n_gdn * m->d.Hv * m->d.Dk * m->d.Dv * sizeof(float));
     }
     s->pos = 0;
     s->broken[0] = '\0';
     s->spec_n = 0;
 }
 
-static size_t state_floats(const epyq_model *m) { return (size_t)m->n_gdn * m->Hv * m->Dk * m->Dv; }
+static size_t state_floats(const epyq_model *m) {
+    return (size_t)m->n_gdn * m->d.Hv * m->d.Dk * m->d.Dv;
+}
 static size_t conv_floats(const epyq_model *m) {
-    return (size_t)m->n_gdn * (size_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1) * m->conv_dim;
+    return (size_t)m->n_gdn * (size_t)(m->d.Kc - 1 > 0 ? m->d.Kc - 1 : 1) * m->d.conv_dim;
 }
 
 epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err) {
@@ -133,15 +137,16 @@ uint64_t epyq_seq_bytes(const epyq_seq *s) { return epyq_model_seq_bytes(s->m, s
 uint64_t epyq_model_seq_bytes(const epyq_model *m, int32_t n_ctx, epyq_kv_type kv, uint64_t *kv_bytes) {
     /* the same sizes epyq_seq_create allocates */
     uint64_t layers = (uint64_t)m->n_attn + (m->has_mtp ? 1u : 0u), elem = kv == EPYQ_KV_FP8 ? 1 : 2;
-    uint64_t k = 2ull * layers * (uint64_t)n_ctx * (uint64_t)m->nkv * (uint64_t)m->hd * elem;
-    uint64_t st = (uint64_t)m->n_gdn * ((uint64_t)(m->Kc - 1) * m->conv_dim + (uint64_t)m->Hv * m->Dk * m->Dv);
+    uint64_t k = 2ull * layers * (uint64_t)n_ctx * (uint64_t)m->d.nkv * (uint64_t)m->d.hd * elem;
+    uint64_t st = (uint64_t)m->n_gdn *
+                  ((uint64_t)(m->d.Kc - 1) * m->d.conv_dim + (uint64_t)m->d.Hv * m->d.Dk * m->d.Dv);
     if (kv_bytes) *kv_bytes = k;
     return k + st * sizeof(float);
 }
 
 void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v) {
     const epyq_model *m = s->m;
-    size_t kvd = (size_t)m->nkv * m->hd;
+    size_t kvd = (size_t)m->d.nkv * m->d.hd;
     size_t off = ((size_t)layer_slot * s->n_ctx + (size_t)pos) * kvd;
     if (s->kv == EPYQ_KV_FP8) {
         for (size_t i = 0; i < kvd; i++) {
@@ -160,8 +165,8 @@ void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float
 void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_t n, uint16_t *tmp,
                       const uint16_t **k, const uint16_t **v, int32_t *stride) {
     const epyq_model *m = s->m;
-    size_t kvd = (size_t)m->nkv * m->hd;
-    size_t off = (size_t)layer_slot * s->n_ctx * kvd + (size_t)kvh * m->hd;
+    size_t kvd = (size_t)m->d.nkv * m->d.hd;
+    size_t off = (size_t)layer_slot * s->n_ctx * kvd + (size_t)kvh * m->d.hd;
     if (s->kv == EPYQ_KV_BF16) {
         *k = (const uint16_t *)s->k + off;
         *v = (const uint16_t *)s->v + off;
@@ -169,12 +174,12 @@ void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_
         return;
     }
     /* e4m3 values are exactly representable in bf16: widening loses nothing */
-    uint16_t *tk = tmp, *tv = tmp + (size_t)n * m->hd;
+    uint16_t *tk = tmp, *tv = tmp + (size_t)n * m->d.hd;
     for (int32_t r = 0; r < n; r++)
-        for (int32_t d = 0; d < m->hd; d++) {
+        for (int32_t d = 0; d < m->d.hd; d++) {
             size_t src = off + (size_t)r * kvd + (size_t)d;
-            tk[(size_t)r * m->hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->k[src]));
-            tv[(size_t)r * m->hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->v[src]));
+            tk[(size_t)r * m->d.hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->k[src]));
+            tv[(size_t)r * m->d.hd + d] = epyq_f32_to_bf16(e4m3_to_f32(s->v[src]));
         }
-    *k = tk, *v = tv, *stride = m->hd;
+    *k = tk, *v = tv, *stride = m->d.hd;
 }

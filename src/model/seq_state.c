@@ -26,13 +26,14 @@ typedef struct {
 #define HDR_BYTES ((sizeof(snap_hdr) + 63) & ~(size_t)63)
 
 static uint64_t conv_floats(const epyq_model *m) {
-    return (uint64_t)m->n_gdn * (uint64_t)(m->Kc - 1 > 0 ? m->Kc - 1 : 1) * (uint64_t)m->conv_dim;
+    return (uint64_t)m->n_gdn * (uint64_t)(m->d.Kc - 1 > 0 ? m->d.Kc - 1 : 1) *
+           (uint64_t)m->d.conv_dim;
 }
 static uint64_t state_floats(const epyq_model *m) {
-    return (uint64_t)m->n_gdn * (uint64_t)m->Hv * (uint64_t)m->Dk * (uint64_t)m->Dv;
+    return (uint64_t)m->n_gdn * (uint64_t)m->d.Hv * (uint64_t)m->d.Dk * (uint64_t)m->d.Dv;
 }
 static uint64_t kv_row_bytes(const epyq_seq *s) {
-    return (uint64_t)s->m->nkv * (uint64_t)s->m->hd * s->kv_elem;
+    return (uint64_t)s->m->d.nkv * (uint64_t)s->m->d.hd * s->kv_elem;
 }
 
 uint64_t epyq_seq_snapshot_size(const epyq_seq *s, int32_t pos) {

@@ -59,7 +59,7 @@ epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const 
     if (!sp) return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: out of memory");
     sp->m = m, sp->s = s, sp->o = *o;
     sp->left = PROBE_STEPS, sp->hold = HOLD_MIN;
-    sp->V = m->V, sp->H = m->H;
+    sp->V = m->d.V, sp->H = m->d.H;
     sp->logits = malloc((size_t)(o->k + 1) * sp->V * sizeof(float));
     sp->dlog = malloc((size_t)sp->V * sizeof(float));
     sp->dh = malloc((size_t)sp->H * sizeof(float));

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "model/tensor_f32.h"
+#include "load/tensor_f32.h"
 
 /* A decoded Linear: y = W·x with w [n][k]. */
 typedef struct {
@@ -55,10 +55,8 @@ typedef struct {
 struct epyq_ref {
     const epyq_weights *w;
     const epyq_config *c;
-    int32_t H, V, L, n_ctx, pos;
-    int32_t nq, nkv, hd, rd;            /* attention */
-    int32_t Hk, Hv, Dk, Dv, Kc, conv_dim; /* DeltaNet */
-    int32_t E, topk, I, Is;             /* MoE */
+    epyq_dims d; /* sizes (load/model_config.h) */
+    int32_t n_ctx, pos;
     double eps;
     double *inv_freq;                   /* [rd/2] */
     double rope_attn;                   /* YaRN's cos/sin scale, 1 without it */
@@ -110,7 +108,7 @@ static void l2norm(double *x, int32_t n) {
 
 /* Rotate-half RoPE on the first rd dims of one head (§5.5): pairs (i, i + rd/2). */
 static void rope(const epyq_ref *r, double *v, int32_t pos) {
-    int32_t half = r->rd / 2;
+    int32_t half = r->d.rd / 2;
     for (int32_t i = 0; i < half; i++) {
         double ang = (double)pos * r->inv_freq[i];
         double c = cos(ang) * r->rope_attn, s = sin(ang) * r->rope_attn;
@@ -123,7 +121,7 @@ static void rope(const epyq_ref *r, double *v, int32_t pos) {
 /* ---------------------------------------------------------------- Gated DeltaNet (§5.6) */
 
 static void gated_deltanet(epyq_ref *r, gdn_layer *g, const double *h, double *out) {
-    int32_t key_dim = r->Hk * r->Dk, Kc = r->Kc, cd = r->conv_dim;
+    int32_t key_dim = r->d.Hk * r->d.Dk, Kc = r->d.Kc, cd = r->d.conv_dim;
     double *u = r->t1;                 /* [conv_dim] projections, then conv output */
     double *z = r->t2;                 /* [Hv*Dv] */
     double *y = r->t3;                 /* [Hv*Dv] gated-norm output */
@@ -131,7 +129,7 @@ static void gated_deltanet(epyq_ref *r, gdn_layer *g, const double *h, double *o
     matvec(&g->qkv, h, u);
     matvec(&g->z, h, z);
     matvec(&g->b, h, ba);
-    matvec(&g->a, h, ba + r->Hv);
+    matvec(&g->a, h, ba + r->d.Hv);
 
     /* 2. causal depthwise conv over [state rows…, current], SiLU; state keeps raw inputs */
     for (int32_t c = 0; c < cd; c++) {
@@ -146,43 +144,44 @@ static void gated_deltanet(epyq_ref *r, gdn_layer *g, const double *h, double *o
     double *q = u, *k = u + key_dim, *v = u + 2 * key_dim;
 
     /* 6. L2-normalise q, k per key head; q scaled by Dk^-1/2 */
-    for (int32_t kh = 0; kh < r->Hk; kh++) {
-        l2norm(q + (size_t)kh * r->Dk, r->Dk);
-        l2norm(k + (size_t)kh * r->Dk, r->Dk);
-        for (int32_t i = 0; i < r->Dk; i++) q[(size_t)kh * r->Dk + i] /= sqrt((double)r->Dk);
+    for (int32_t kh = 0; kh < r->d.Hk; kh++) {
+        l2norm(q + (size_t)kh * r->d.Dk, r->d.Dk);
+        l2norm(k + (size_t)kh * r->d.Dk, r->d.Dk);
+        for (int32_t i = 0; i < r->d.Dk; i++) q[(size_t)kh * r->d.Dk + i] /= sqrt((double)r->d.Dk);
     }
 
-    int32_t group = r->Hv / r->Hk;
-    for (int32_t vh = 0; vh < r->Hv; vh++) {
+    int32_t group = r->d.Hv / r->d.Hk;
+    for (int32_t vh = 0; vh < r->d.Hv; vh++) {
         /* 4. gates */
         double beta = sigmoid(ba[vh]);
-        double gdec = -exp((double)g->A_log[vh]) * softplus(ba[r->Hv + vh] + (double)g->dt_bias[vh]);
+        double gdec =
+            -exp((double)g->A_log[vh]) * softplus(ba[r->d.Hv + vh] + (double)g->dt_bias[vh]);
         double alpha = exp(gdec);
         /* 5. value head vh reads key head vh / group (grouped, not tiled) */
-        const double *kk = k + (size_t)(vh / group) * r->Dk;
-        const double *qq = q + (size_t)(vh / group) * r->Dk;
-        const double *vv = v + (size_t)vh * r->Dv;
-        double *S = g->S + (size_t)vh * r->Dk * r->Dv;
-        double *o = y + (size_t)vh * r->Dv;
+        const double *kk = k + (size_t)(vh / group) * r->d.Dk;
+        const double *qq = q + (size_t)(vh / group) * r->d.Dk;
+        const double *vv = v + (size_t)vh * r->d.Dv;
+        double *S = g->S + (size_t)vh * r->d.Dk * r->d.Dv;
+        double *o = y + (size_t)vh * r->d.Dv;
         /* 7. decay, delta update, read with the updated state */
-        for (size_t i = 0; i < (size_t)r->Dk * r->Dv; i++) S[i] *= alpha;
-        for (int32_t j = 0; j < r->Dv; j++) {
+        for (size_t i = 0; i < (size_t)r->d.Dk * r->d.Dv; i++) S[i] *= alpha;
+        for (int32_t j = 0; j < r->d.Dv; j++) {
             double m = 0.0;
-            for (int32_t i = 0; i < r->Dk; i++) m += S[(size_t)i * r->Dv + j] * kk[i];
+            for (int32_t i = 0; i < r->d.Dk; i++) m += S[(size_t)i * r->d.Dv + j] * kk[i];
             double d = beta * (vv[j] - m);
-            for (int32_t i = 0; i < r->Dk; i++) S[(size_t)i * r->Dv + j] += kk[i] * d;
+            for (int32_t i = 0; i < r->d.Dk; i++) S[(size_t)i * r->d.Dv + j] += kk[i] * d;
         }
-        for (int32_t j = 0; j < r->Dv; j++) {
+        for (int32_t j = 0; j < r->d.Dv; j++) {
             double s = 0.0;
-            for (int32_t i = 0; i < r->Dk; i++) s += S[(size_t)i * r->Dv + j] * qq[i];
+            for (int32_t i = 0; i < r->d.Dk; i++) s += S[(size_t)i * r->d.Dv + j] * qq[i];
             o[j] = s;
         }
         /* 8. plain gated RMSNorm: n(o) ⊙ w ⊙ silu(z) */
         double ss = 0.0;
-        for (int32_t j = 0; j < r->Dv; j++) ss += o[j] * o[j];
-        double inv = 1.0 / sqrt(ss / r->Dv + r->eps);
-        for (int32_t j = 0; j < r->Dv; j++)
-            o[j] = o[j] * inv * (double)g->norm[j] * silu(z[(size_t)vh * r->Dv + j]);
+        for (int32_t j = 0; j < r->d.Dv; j++) ss += o[j] * o[j];
+        double inv = 1.0 / sqrt(ss / r->d.Dv + r->eps);
+        for (int32_t j = 0; j < r->d.Dv; j++)
+            o[j] = o[j] * inv * (double)g->norm[j] * silu(z[(size_t)vh * r->d.Dv + j]);
     }
     matvec(&g->out, y, out);
 }
@@ -191,7 +190,7 @@ static void gated_deltanet(epyq_ref *r, gdn_layer *g, const double *h, double *o
 
 static void gated_attention(epyq_ref *r, attn_layer *at, const double *h, int32_t pos,
                             double *out) {
-    int32_t hd = r->hd, kvd = r->nkv * hd;
+    int32_t hd = r->d.hd, kvd = r->d.nkv * hd;
     double *qg = r->t1;  /* [nq][2*hd]: per head q then gate */
     double *kv = r->t2;  /* [2*kvd]: k then v */
     double *o = r->t3;   /* [nq*hd] */
@@ -199,12 +198,12 @@ static void gated_attention(epyq_ref *r, attn_layer *at, const double *h, int32_
     matvec(&at->q, h, qg);
     matvec(&at->k, h, kv);
     matvec(&at->v, h, kv + kvd);
-    for (int32_t j = 0; j < r->nq; j++) {
+    for (int32_t j = 0; j < r->d.nq; j++) {
         double *qj = qg + (size_t)j * 2 * hd;
         rmsnorm_zc(qj, at->q_norm, hd, r->eps, qj);
         rope(r, qj, pos);
     }
-    for (int32_t i = 0; i < r->nkv; i++) {
+    for (int32_t i = 0; i < r->d.nkv; i++) {
         rmsnorm_zc(kv + (size_t)i * hd, at->k_norm, hd, r->eps, kv + (size_t)i * hd);
         rope(r, kv + (size_t)i * hd, pos);
     }
@@ -213,9 +212,9 @@ static void gated_attention(epyq_ref *r, attn_layer *at, const double *h, int32_
     memcpy(at->vc + (size_t)at->n * kvd, kv + kvd, (size_t)kvd * sizeof(double));
     at->n++;
 
-    int32_t group = r->nq / r->nkv;
+    int32_t group = r->d.nq / r->d.nkv;
     double scale = 1.0 / sqrt((double)hd);
-    for (int32_t j = 0; j < r->nq; j++) {
+    for (int32_t j = 0; j < r->d.nq; j++) {
         const double *qj = qg + (size_t)j * 2 * hd;
         const double *gate = qj + hd;
         int32_t kvh = j / group;
@@ -257,24 +256,24 @@ static void moe(epyq_ref *r, moe_layer *m, const double *h, double *out) {
     double *p = r->t1; /* [E] router probabilities; t2..t4 are used by swiglu_mlp */
     matvec(&m->router, h, p);
     double mx = -INFINITY, sum = 0.0;
-    for (int32_t e = 0; e < r->E; e++) mx = p[e] > mx ? p[e] : mx;
-    for (int32_t e = 0; e < r->E; e++) sum += (p[e] = exp(p[e] - mx));
-    for (int32_t e = 0; e < r->E; e++) p[e] /= sum;
+    for (int32_t e = 0; e < r->d.E; e++) mx = p[e] > mx ? p[e] : mx;
+    for (int32_t e = 0; e < r->d.E; e++) sum += (p[e] = exp(p[e] - mx));
+    for (int32_t e = 0; e < r->d.E; e++) p[e] /= sum;
 
     /* top-k by probability, ties to the lower expert id; then renormalise */
-    int32_t sel[64];
-    bool taken[1024] = {false};
+    int32_t sel[EPYQ_MAX_TOPK];
+    bool taken[EPYQ_MAX_EXPERTS] = {false};
     double tot = 0.0;
-    for (int32_t t = 0; t < r->topk; t++) {
+    for (int32_t t = 0; t < r->d.topk; t++) {
         int32_t best = -1;
-        for (int32_t e = 0; e < r->E; e++)
+        for (int32_t e = 0; e < r->d.E; e++)
             if (!taken[e] && (best < 0 || p[e] > p[best])) best = e;
         taken[best] = true;
         sel[t] = best;
         tot += p[best];
     }
-    for (int32_t i = 0; i < r->H; i++) out[i] = 0.0;
-    for (int32_t t = 0; t < r->topk; t++)
+    for (int32_t i = 0; i < r->d.H; i++) out[i] = 0.0;
+    for (int32_t t = 0; t < r->d.topk; t++)
         swiglu_mlp(r, &m->gate[sel[t]], &m->up[sel[t]], &m->down[sel[t]], h, p[sel[t]] / tot, out);
 
     double gs;
@@ -285,22 +284,24 @@ static void moe(epyq_ref *r, moe_layer *m, const double *h, double *out) {
 /* ---------------------------------------------------------------- decoder layer (§5.3) */
 
 static void decoder_layer(epyq_ref *r, layer *ly, int32_t pos) {
-    rmsnorm_zc(r->x, ly->in_norm, r->H, r->eps, r->xn);
+    rmsnorm_zc(r->x, ly->in_norm, r->d.H, r->eps, r->xn);
     if (ly->full) gated_attention(r, &ly->at, r->xn, pos, r->blk);
     else gated_deltanet(r, &ly->g, r->xn, r->blk);
-    for (int32_t i = 0; i < r->H; i++) r->x[i] += r->blk[i];
-    rmsnorm_zc(r->x, ly->post_norm, r->H, r->eps, r->xn);
+    for (int32_t i = 0; i < r->d.H; i++) r->x[i] += r->blk[i];
+    rmsnorm_zc(r->x, ly->post_norm, r->d.H, r->eps, r->xn);
     moe(r, &ly->m, r->xn, r->blk);
-    for (int32_t i = 0; i < r->H; i++) r->x[i] += r->blk[i];
+    for (int32_t i = 0; i < r->d.H; i++) r->x[i] += r->blk[i];
 }
 
 static epyq_status embed(epyq_ref *r, int32_t token, double *dst, epyq_err *err) {
-    if (token < 0 || token >= r->V)
-        return epyq_err_set(err, EPYQ_E_ARG, "token id %d outside the vocabulary [0, %d)", token, r->V);
-    float *row = malloc((size_t)r->H * sizeof(float));
+    if (token < 0 || token >= r->d.V)
+        return epyq_err_set(err, EPYQ_E_ARG, "token id %d outside the vocabulary [0, %d)", token,
+                            r->d.V);
+    float *row = malloc((size_t)r->d.H * sizeof(float));
     if (!row) return epyq_err_set(err, EPYQ_E_NOMEM, "embedding row: out of memory");
-    epyq_status st = epyq_tensor_read_f32(r->w->embed, (size_t)token * r->H, (size_t)r->H, row, err);
-    for (int32_t i = 0; st == EPYQ_OK && i < r->H; i++) dst[i] = row[i];
+    epyq_status st =
+        epyq_tensor_read_f32(r->w->embed, (size_t)token * r->d.H, (size_t)r->d.H, row, err);
+    for (int32_t i = 0; st == EPYQ_OK && i < r->d.H; i++) dst[i] = row[i];
     free(row);
     return st;
 }
@@ -317,9 +318,9 @@ epyq_status epyq_ref_forward(epyq_ref *r, int32_t token, double *logits, double 
                             r->pos, r->n_ctx);
     epyq_status st = embed(r, token, r->x, err);
     if (st != EPYQ_OK) return st;
-    for (int32_t l = 0; l < r->L; l++) decoder_layer(r, &r->layers[l], r->pos);
-    rmsnorm_zc(r->x, r->final_norm, r->H, r->eps, r->xn);
-    if (hidden) memcpy(hidden, r->xn, (size_t)r->H * sizeof(double));
+    for (int32_t l = 0; l < r->d.L; l++) decoder_layer(r, &r->layers[l], r->pos);
+    rmsnorm_zc(r->x, r->final_norm, r->d.H, r->eps, r->xn);
+    if (hidden) memcpy(hidden, r->xn, (size_t)r->d.H * sizeof(double));
     lm_head(r, r->xn, logits);
     r->pos++;
     return EPYQ_OK;
@@ -332,16 +333,16 @@ epyq_status epyq_ref_mtp(epyq_ref *r, const double *h, int32_t token, int32_t po
     if (r->mtp.at.n >= r->n_ctx)
         return epyq_err_set(err, EPYQ_E_CTX_FULL, "reference MTP: cache of %d entries is full", r->n_ctx);
     if (pos < 0) return epyq_err_set(err, EPYQ_E_ARG, "MTP position %d is negative", pos);
-    double *cat = malloc((size_t)2 * r->H * sizeof(double));
+    double *cat = malloc((size_t)2 * r->d.H * sizeof(double));
     if (!cat) return epyq_err_set(err, EPYQ_E_NOMEM, "MTP input: out of memory");
     epyq_status st = embed(r, token, cat, err);
     if (st == EPYQ_OK) {
-        rmsnorm_zc(cat, r->mtp_norm_e, r->H, r->eps, cat);            /* embedding first */
-        rmsnorm_zc(h, r->mtp_norm_h, r->H, r->eps, cat + r->H);       /* then the hidden */
+        rmsnorm_zc(cat, r->mtp_norm_e, r->d.H, r->eps, cat);        /* embedding first */
+        rmsnorm_zc(h, r->mtp_norm_h, r->d.H, r->eps, cat + r->d.H); /* then the hidden */
         matvec(&r->mtp_fc, cat, r->x);
         decoder_layer(r, &r->mtp, pos);
-        rmsnorm_zc(r->x, r->mtp_norm, r->H, r->eps, r->xn);
-        if (h_out) memcpy(h_out, r->xn, (size_t)r->H * sizeof(double));
+        rmsnorm_zc(r->x, r->mtp_norm, r->d.H, r->eps, r->xn);
+        if (h_out) memcpy(h_out, r->xn, (size_t)r->d.H * sizeof(double));
         lm_head(r, r->xn, logits);
     }
     free(cat);
@@ -354,13 +355,13 @@ static void layer_reset(const epyq_ref *r, layer *ly) {
     if (ly->full) {
         ly->at.n = 0;
     } else {
-        memset(ly->g.conv_state, 0, (size_t)(r->Kc - 1) * r->conv_dim * sizeof(double));
-        memset(ly->g.S, 0, (size_t)r->Hv * r->Dk * r->Dv * sizeof(double));
+        memset(ly->g.conv_state, 0, (size_t)(r->d.Kc - 1) * r->d.conv_dim * sizeof(double));
+        memset(ly->g.S, 0, (size_t)r->d.Hv * r->d.Dk * r->d.Dv * sizeof(double));
     }
 }
 
 void epyq_ref_reset(epyq_ref *r) {
-    for (int32_t l = 0; l < r->L; l++) layer_reset(r, &r->layers[l]);
+    for (int32_t l = 0; l < r->d.L; l++) layer_reset(r, &r->layers[l]);
     if (r->has_mtp) layer_reset(r, &r->mtp);
     r->pos = 0;
 }
@@ -400,8 +401,8 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
 
 static epyq_status load_layer(epyq_ref *r, layer *ly, const epyq_layer_w *lw, epyq_err *err) {
     ly->full = lw->full_attn;
-    TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)r->H, err));
-    TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)r->H, err));
+    TRY(load_vec(&ly->in_norm, lw->input_norm, (size_t)r->d.H, err));
+    TRY(load_vec(&ly->post_norm, lw->post_norm, (size_t)r->d.H, err));
     bool ok = true;
     if (ly->full) {
         const epyq_attn_w *a = &lw->attn;
@@ -409,10 +410,10 @@ static epyq_status load_layer(epyq_ref *r, layer *ly, const epyq_layer_w *lw, ep
         TRY(load_mat(r, &ly->at.k, &a->k_proj, err));
         TRY(load_mat(r, &ly->at.v, &a->v_proj, err));
         TRY(load_mat(r, &ly->at.o, &a->o_proj, err));
-        TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)r->hd, err));
-        TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)r->hd, err));
-        ly->at.kc = zalloc((size_t)r->n_ctx, (size_t)r->nkv * r->hd * sizeof(double), &ok);
-        ly->at.vc = zalloc((size_t)r->n_ctx, (size_t)r->nkv * r->hd * sizeof(double), &ok);
+        TRY(load_vec(&ly->at.q_norm, a->q_norm, (size_t)r->d.hd, err));
+        TRY(load_vec(&ly->at.k_norm, a->k_norm, (size_t)r->d.hd, err));
+        ly->at.kc = zalloc((size_t)r->n_ctx, (size_t)r->d.nkv * r->d.hd * sizeof(double), &ok);
+        ly->at.vc = zalloc((size_t)r->n_ctx, (size_t)r->d.nkv * r->d.hd * sizeof(double), &ok);
     } else {
         const epyq_gdn_w *g = &lw->gdn;
         TRY(load_mat(r, &ly->g.qkv, &g->in_proj_qkv, err));
@@ -420,20 +421,21 @@ static epyq_status load_layer(epyq_ref *r, layer *ly, const epyq_layer_w *lw, ep
         TRY(load_mat(r, &ly->g.b, &g->in_proj_b, err));
         TRY(load_mat(r, &ly->g.a, &g->in_proj_a, err));
         TRY(load_mat(r, &ly->g.out, &g->out_proj, err));
-        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)r->conv_dim * r->Kc, err));
-        TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)r->Hv, err));
-        TRY(load_vec(&ly->g.A_log, g->A_log, (size_t)r->Hv, err));
-        TRY(load_vec(&ly->g.norm, g->norm, (size_t)r->Dv, err));
-        ly->g.conv_state = zalloc((size_t)(r->Kc - 1) + 1, (size_t)r->conv_dim * sizeof(double), &ok);
-        ly->g.S = zalloc((size_t)r->Hv * r->Dk, (size_t)r->Dv * sizeof(double), &ok);
+        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)r->d.conv_dim * r->d.Kc, err));
+        TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)r->d.Hv, err));
+        TRY(load_vec(&ly->g.A_log, g->A_log, (size_t)r->d.Hv, err));
+        TRY(load_vec(&ly->g.norm, g->norm, (size_t)r->d.Dv, err));
+        ly->g.conv_state =
+            zalloc((size_t)(r->d.Kc - 1) + 1, (size_t)r->d.conv_dim * sizeof(double), &ok);
+        ly->g.S = zalloc((size_t)r->d.Hv * r->d.Dk, (size_t)r->d.Dv * sizeof(double), &ok);
     }
     const epyq_moe_w *m = &lw->moe;
     TRY(load_mat(r, &ly->m.router, &m->router, err));
-    ly->m.gate = zalloc((size_t)r->E, sizeof(mat), &ok);
-    ly->m.up = zalloc((size_t)r->E, sizeof(mat), &ok);
-    ly->m.down = zalloc((size_t)r->E, sizeof(mat), &ok);
+    ly->m.gate = zalloc((size_t)r->d.E, sizeof(mat), &ok);
+    ly->m.up = zalloc((size_t)r->d.E, sizeof(mat), &ok);
+    ly->m.down = zalloc((size_t)r->d.E, sizeof(mat), &ok);
     if (!ok) return epyq_err_set(err, EPYQ_E_NOMEM, "reference layer state: out of memory");
-    for (int32_t e = 0; e < r->E; e++) {
+    for (int32_t e = 0; e < r->d.E; e++) {
         TRY(load_mat(r, &ly->m.gate[e], &m->gate[e], err));
         TRY(load_mat(r, &ly->m.up[e], &m->up[e], err));
         TRY(load_mat(r, &ly->m.down[e], &m->down[e], err));
@@ -454,7 +456,7 @@ static void layer_free(const epyq_ref *r, layer *ly) {
     free(ly->g.conv), free(ly->g.dt_bias), free(ly->g.A_log), free(ly->g.norm);
     free(ly->g.conv_state), free(ly->g.S);
     free(ly->m.router.w);
-    for (int32_t e = 0; e < r->E; e++) {
+    for (int32_t e = 0; e < r->d.E; e++) {
         if (ly->m.gate) free(ly->m.gate[e].w);
         if (ly->m.up) free(ly->m.up[e].w);
         if (ly->m.down) free(ly->m.down[e].w);
@@ -466,7 +468,7 @@ static void layer_free(const epyq_ref *r, layer *ly) {
 void epyq_ref_free(epyq_ref *r) {
     if (!r) return;
     if (r->layers)
-        for (int32_t l = 0; l < r->L; l++) layer_free(r, &r->layers[l]);
+        for (int32_t l = 0; l < r->d.L; l++) layer_free(r, &r->layers[l]);
     layer_free(r, &r->mtp);
     free(r->layers);
     free(r->final_norm);
@@ -483,39 +485,41 @@ static int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
 
 static epyq_status ref_load(epyq_ref *r, const epyq_weights *w, epyq_err *err) {
     const epyq_config *c = &w->cfg;
-    if (r->Hv % r->Hk || r->nq % r->nkv || r->rd % 2 || r->rd > r->hd || r->topk > r->E ||
-        r->topk > 64 || r->E > 1024 || r->Kc < 1)
-        return epyq_err_set(err, EPYQ_E_SHAPE,
-                            "reference: unsupported shape (Hv %d / Hk %d, nq %d / nkv %d, rotary %d of %d,"
-                            " top-%d of %d experts, conv %d)", r->Hv, r->Hk, r->nq, r->nkv, r->rd,
-                            r->hd, r->topk, r->E, r->Kc);
+    if (r->d.Hv % r->d.Hk || r->d.nq % r->d.nkv || r->d.rd % 2 || r->d.rd > r->d.hd ||
+        r->d.topk > r->d.E || r->d.topk > EPYQ_MAX_TOPK || r->d.E > EPYQ_MAX_EXPERTS || r->d.Kc < 1)
+        return epyq_err_set(
+            err, EPYQ_E_SHAPE,
+            "reference: unsupported shape (Hv %d / Hk %d, nq %d / nkv %d, rotary %d of %d,"
+            " top-%d of %d experts, conv %d)",
+            r->d.Hv, r->d.Hk, r->d.nq, r->d.nkv, r->d.rd, r->d.hd, r->d.topk, r->d.E, r->d.Kc);
     bool ok = true;
-    r->inv_freq = zalloc((size_t)r->rd / 2 + 1, sizeof(double), &ok);
+    r->inv_freq = zalloc((size_t)r->d.rd / 2 + 1, sizeof(double), &ok);
     if (!ok) return epyq_err_set(err, EPYQ_E_NOMEM, "reference: out of memory");
     if (r->inv_freq) epyq_config_rope_freq(c, r->inv_freq, &r->rope_attn);
 
     /* scratch vectors: the widest projection, the router, the cache length, an expert */
-    r->ws = imax(imax(r->conv_dim, 2 * r->nq * r->hd), imax(2 * r->nkv * r->hd, r->Hv * r->Dv));
-    r->ws = imax(imax(r->ws, 2 * r->Hv), imax(r->E, r->n_ctx + 1));
-    r->ws = imax(imax(r->ws, r->I), imax(r->Is, r->H));
-    r->x = zalloc((size_t)r->H, sizeof(double), &ok);
-    r->xn = zalloc((size_t)r->H, sizeof(double), &ok);
-    r->blk = zalloc((size_t)r->H, sizeof(double), &ok);
+    r->ws = imax(imax(r->d.conv_dim, 2 * r->d.nq * r->d.hd),
+                 imax(2 * r->d.nkv * r->d.hd, r->d.Hv * r->d.Dv));
+    r->ws = imax(imax(r->ws, 2 * r->d.Hv), imax(r->d.E, r->n_ctx + 1));
+    r->ws = imax(imax(r->ws, r->d.I), imax(r->d.Is, r->d.H));
+    r->x = zalloc((size_t)r->d.H, sizeof(double), &ok);
+    r->xn = zalloc((size_t)r->d.H, sizeof(double), &ok);
+    r->blk = zalloc((size_t)r->d.H, sizeof(double), &ok);
     r->t1 = zalloc((size_t)r->ws, sizeof(double), &ok);
     r->t2 = zalloc((size_t)r->ws, sizeof(double), &ok);
     r->t3 = zalloc((size_t)r->ws, sizeof(double), &ok);
     r->t4 = zalloc((size_t)r->ws, sizeof(double), &ok);
-    r->layers = zalloc((size_t)r->L, sizeof(layer), &ok);
+    r->layers = zalloc((size_t)r->d.L, sizeof(layer), &ok);
     if (!ok) return epyq_err_set(err, EPYQ_E_NOMEM, "reference: out of memory");
 
-    for (int32_t l = 0; l < r->L; l++) TRY(load_layer(r, &r->layers[l], &w->layers[l], err));
-    TRY(load_vec(&r->final_norm, w->final_norm, (size_t)r->H, err));
+    for (int32_t l = 0; l < r->d.L; l++) TRY(load_layer(r, &r->layers[l], &w->layers[l], err));
+    TRY(load_vec(&r->final_norm, w->final_norm, (size_t)r->d.H, err));
     TRY(load_mat(r, &r->lm_head, &w->lm_head, err));
     if (r->has_mtp) {
         TRY(load_mat(r, &r->mtp_fc, &w->mtp.fc, err));
-        TRY(load_vec(&r->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)r->H, err));
-        TRY(load_vec(&r->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)r->H, err));
-        TRY(load_vec(&r->mtp_norm, w->mtp.norm, (size_t)r->H, err));
+        TRY(load_vec(&r->mtp_norm_e, w->mtp.pre_fc_norm_embedding, (size_t)r->d.H, err));
+        TRY(load_vec(&r->mtp_norm_h, w->mtp.pre_fc_norm_hidden, (size_t)r->d.H, err));
+        TRY(load_vec(&r->mtp_norm, w->mtp.norm, (size_t)r->d.H, err));
         TRY(load_layer(r, &r->mtp, &w->mtp.layer, err));
     }
     return EPYQ_OK;
@@ -529,14 +533,8 @@ epyq_status epyq_ref_create(epyq_ref **out, const epyq_weights *w, int32_t n_ctx
     const epyq_config *c = &w->cfg;
     r->w = w;
     r->c = c;
-    r->H = c->hidden_size, r->V = c->vocab_size, r->L = c->num_hidden_layers, r->n_ctx = n_ctx;
-    r->nq = c->num_attention_heads, r->nkv = c->num_key_value_heads, r->hd = c->head_dim;
-    r->rd = c->rotary_dim;
-    r->Hk = c->lin_num_key_heads, r->Hv = c->lin_num_value_heads;
-    r->Dk = c->lin_key_head_dim, r->Dv = c->lin_value_head_dim, r->Kc = c->conv_kernel;
-    r->conv_dim = 2 * r->Hk * r->Dk + r->Hv * r->Dv;
-    r->E = c->num_experts, r->topk = c->num_experts_per_tok;
-    r->I = c->moe_intermediate_size, r->Is = c->shared_expert_intermediate_size;
+    r->d = epyq_config_dims(c);
+    r->n_ctx = n_ctx;
     r->eps = c->rms_norm_eps;
     r->has_mtp = w->has_mtp;
     r->mtp.full = true;

@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat/pyjson.h"
 #include "core/status.h"
 #include "core/util.h"
 #include "kernels-x86/counter_rng.h"
 #include "synth/synth.h"
-#include "tok/pyjson.h"
 #include "tok/sbuf.h"
 
 /* ---- dtypes synth writes (own table: the generator must not depend on the loader) ---- */

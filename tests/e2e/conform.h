@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "tests/testutil.h"
 
 typedef struct {
     double max_abs;     /* max |expected - got| over all logits */
@@ -26,10 +27,8 @@ typedef struct {
     int rows;
 } conform_stats;
 
-/* float32 LE file of exactly n floats, or NULL. */
-static inline float *conform_read_f32(const char *dir, const char *name, size_t n) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/expected/%s", dir, name) >= (int)sizeof path) return NULL;
+/* A float32 LE file of exactly n floats, or NULL. */
+static inline float *conform_read_f32_file(const char *path, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     float *v = malloc(n * sizeof(float));
@@ -41,6 +40,13 @@ static inline float *conform_read_f32(const char *dir, const char *name, size_t 
         return NULL;
     }
     return v;
+}
+
+/* The same for expected/<name> of a fixture folder. */
+static inline float *conform_read_f32(const char *dir, const char *name, size_t n) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/expected/%s", dir, name) >= (int)sizeof path) return NULL;
+    return conform_read_f32_file(path, n);
 }
 
 /* The int array `key` of expected/<name> (e.g. prompt.json "ids"); returns count or -1. */
@@ -153,6 +159,42 @@ static inline void conform_print(const char *label, const conform_stats *s) {
            s->rows, s->max_abs, 1e-3 * s->max_logit, s->kl_mean, s->kl_max, s->top1_ok, s->top1_n);
     if (s->flip_margin > 0) printf("  (argmax differs at a margin of %.3f)", s->flip_margin);
     printf("\n");
+}
+
+/* The fixture folder ../shared/fixtures/models/<name> copied into dir[size]: false, after a
+ * skip line, when it is absent (the caller returns; main() counts the SKIP). */
+static inline bool conform_fixture_dir(const char *name, char *dir, size_t size) {
+    char sub[256];
+    snprintf(sub, sizeof sub, "fixtures/models/%s", name);
+    const char *p = epyq_test_shared(sub);
+    if (!p) {
+        printf("skip %s: ../shared not present\n", name);
+        return false;
+    }
+    return snprintf(dir, size, "%s", p) < (int)size;
+}
+
+/* What a fixture folder expects of a model with V logits per row: the prompt, the greedy ids
+ * of teacher-forced decoding, the two MTP drafts, and the logits of each (malloc'd). */
+typedef struct {
+    int prompt[64], greedy[64], drafts[8];
+    int n, ng, nd;
+    float *pre, *dec, *mtp; /* [n][V], [ng][V], [nd][V] */
+} conform_expect;
+
+/* false when a file is missing or of the wrong size (nothing is left allocated then). */
+static inline bool conform_expect_read(const char *dir, int V, conform_expect *e) {
+    e->n = conform_read_ids(dir, "prompt.json", "ids", e->prompt, 64);
+    e->ng = conform_read_ids(dir, "greedy.json", "ids", e->greedy, 64);
+    e->nd = conform_read_drafts(dir, e->drafts, 8);
+    e->pre = e->dec = e->mtp = NULL;
+    if (e->n <= 1 || e->ng <= 1 || e->nd != 2) return false;
+    e->pre = conform_read_f32(dir, "logits_prefill.f32", (size_t)e->n * V);
+    e->dec = conform_read_f32(dir, "logits_decode.f32", (size_t)e->ng * V);
+    e->mtp = conform_read_f32(dir, "mtp_logits.f32", (size_t)e->nd * V);
+    if (e->pre && e->dec && e->mtp) return true;
+    free(e->pre), free(e->dec), free(e->mtp);
+    return false;
 }
 
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/e2e/synth_model.h"
 #include "tests/testutil.h"
@@ -32,20 +33,6 @@ static int run(const char *args, char *out, size_t outsz) {
     }
     free(tmp);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static float *read_all(const char *path, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    float *v = malloc(n * sizeof(float));
-    size_t got = fread(v, sizeof(float), n, f);
-    int extra = fgetc(f);
-    fclose(f);
-    if (got != n || extra != EOF) {
-        free(v);
-        return NULL;
-    }
-    return v;
 }
 
 START_TEST(test_exit_codes) {
@@ -84,7 +71,7 @@ START_TEST(test_fixture_ct) {
                            file, ref ? " --ref" : "") < (int)sizeof args);
         ck_assert_msg(run(args, out, sizeof out) == 0, "%s", out);
         ck_assert(strstr(out, "\"drafts\": [53, 153]"));
-        float *got = read_all(file, (size_t)rows * V);
+        float *got = conform_read_f32_file(file, (size_t)rows * V);
         ck_assert_msg(got != NULL, "%s: expected %d rows of %d floats", file, rows, V);
         conform_stats a, b, c;
         conform_init(&a), conform_init(&b), conform_init(&c);
@@ -116,7 +103,8 @@ START_TEST(test_synth_ref_vs_runtime) {
     snprintf(args, sizeof args, "-m '%s' --ids 5,17,300,2,999,41,7,8 --mtp --ref -o '%s'", dir, f_ref);
     ck_assert_msg(run(args, out, sizeof out) == 0, "%s", out);
     /* 8 prompt rows + 2 MTP draft rows; vocab of the tiny synthetic shape */
-    float *a = read_all(f_ref, (size_t)10 * 1024), *b = read_all(f_run, (size_t)10 * 1024);
+    float *a = conform_read_f32_file(f_ref, (size_t)10 * 1024),
+          *b = conform_read_f32_file(f_run, (size_t)10 * 1024);
     ck_assert(a && b);
     conform_stats st;
     conform_init(&st);
@@ -129,14 +117,7 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("e2e_logits");
-    TCase *tc = tcase_create("cli");
-    tcase_add_test(tc, test_exit_codes);
-    tcase_add_test(tc, test_fixture_ct);
-    tcase_add_test(tc, test_synth_ref_vs_runtime);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "cli", 0);
+    EPYQ_TESTS_ADD(tc, test_exit_codes, test_fixture_ct, test_synth_ref_vs_runtime);
+    return epyq_test_run(s);
 }

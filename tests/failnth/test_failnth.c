@@ -23,11 +23,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/jinja.h"
 #include "model/model.h"
 #include "synth/synth.h"
+#include "tests/check_main.h"
 #include "tests/failnth/alloc_fail.h"
 #include "tests/testutil.h"
-#include "tok/jinja.h"
 #include "tok/tokenizer.h"
 
 extern const char epyq_synth_chat_template[];
@@ -382,10 +383,7 @@ int main(void) {
     add_case(s, "tokenizer", tokenizer_load);
     add_case(s, "model_load", model_load);
     add_case(s, "forward", batched_forward);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = epyq_test_failures(s, false);
     free(g_dir);
     return failed ? 1 : 0;
 }

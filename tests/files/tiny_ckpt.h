@@ -15,8 +15,9 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "load/config.h"
+#include "load/model_config.h"
 #include "load/safetensors.h"
+#include "tests/testutil.h"
 
 /* Model dimensions: 2 layers (DeltaNet, full attention), every in_features = 128. */
 enum {
@@ -433,6 +434,21 @@ static inline int tc_write(const char *dir, const tc_list *l, const tc_opts *o) 
     rc |= tc_write_text(dir, "model.safetensors.index.json", ix);
     free(ix);
     return rc;
+}
+
+/* The model of o, changed by mutate(l, ctx) when mutate is non-NULL, written into a fresh
+ * temporary folder (epyq_test_tmpdir): its path (malloc'd), or NULL when it could not be written.
+ */
+static inline char *tc_write_tmp(const tc_opts *o, void (*mutate)(tc_list *, void *), void *ctx) {
+    char *dir = epyq_test_tmpdir();
+    if (!dir) return NULL;
+    tc_list l = {0};
+    tc_model(&l, o);
+    if (mutate) mutate(&l, ctx);
+    int rc = tc_write(dir, &l, o);
+    tc_free(&l);
+    if (rc) free(dir);
+    return rc ? NULL : dir;
 }
 
 static inline tc_opts tc_defaults(epyq_qformat fmt) {

@@ -14,7 +14,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "tok/chat.h"
+#include "chat/chat.h"
 #include "tools/batch_req.h"
 
 extern const char epyq_synth_chat_template[];

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "load/config.h"
+#include "load/model_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,9 +10,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "tok/reasoning.h"
+#include "chat/reasoning.h"
+#include "chat/toolcall.h"
 #include "tok/sbuf.h"
-#include "tok/toolcall.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 extern const char epyq_synth_chat_template[];
 

@@ -30,6 +30,7 @@
 
 #include "core/util.h"
 #include "kernels-x86/kern.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 #define U32 (1.0 / 16777216.0) /* fp32 unit roundoff 2^-24 */
@@ -546,10 +547,4 @@ static Suite *dense_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(dense_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return epyq_test_run(dense_suite()); }

@@ -14,6 +14,7 @@
 
 #include "kernels-x86/counter_rng.h"
 #include "kernels-x86/kern.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
@@ -179,15 +180,7 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("kern_fill_quant");
-    TCase *tc = tcase_create("kernels");
-    tcase_add_test(tc, test_tables);
-    tcase_add_test(tc, test_fill_normal);
-    tcase_add_test(tc, test_minmax);
-    tcase_add_test(tc, test_quant_codes);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "kernels", 0);
+    EPYQ_TESTS_ADD(tc, test_tables, test_fill_normal, test_minmax, test_quant_codes);
+    return epyq_test_run(s);
 }

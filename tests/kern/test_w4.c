@@ -27,6 +27,7 @@
 #include "core/util.h"
 #include "kernels-x86/kern.h"
 #include "kernels-x86/w4_layout.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static int fast_mode(void) {
@@ -689,9 +690,5 @@ int main(void) {
     for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++)
         if (epyq_kern_for_isa((epyq_isa)isa))
             printf("test_w4: testing table %s\n", epyq_isa_name((epyq_isa)isa));
-    SRunner *sr = srunner_create(w4_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(w4_suite());
 }

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchmarks/dnnl_gemm.h"
 #include "core/util.h"
-#include "kernels-x86/dnnl_gemm.h"
 
 /* utime + stime (clock ticks) of every task but the main one, and the task count. */
 static long other_tasks_ticks(int *ntasks) {

@@ -4,7 +4,7 @@
  *    `epyq template` (text, --ids, exit codes) on the fixture folder;
  *  - project-local: the copy of the real template that `epyq synth` embeds (when linked in),
  *    checked against prompts written out from the template's documented behaviour
- *    (src/tok/chat.h), and every raise_exception path of the template. */
+ *    (src/chat/chat.h), and every raise_exception path of the template. */
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -12,9 +12,10 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "chat/chat.h"
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
-#include "tok/chat.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
 
@@ -352,18 +353,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("chat");
-    TCase *tc = tcase_create("chat");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, fixture_chat_cases);
-    tcase_add_test(tc, fixture_real_reference);
-    tcase_add_test(tc, template_behaviour);
-    tcase_add_test(tc, template_raises);
-    tcase_add_test(tc, prompt_opens_think);
-    tcase_add_test(tc, cli_template);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "chat", 120);
+    EPYQ_TESTS_ADD(tc, fixture_chat_cases, fixture_real_reference, template_behaviour,
+                   template_raises, prompt_opens_think, cli_template);
+    return epyq_test_run(s);
 }

@@ -19,6 +19,7 @@
 
 #include "engine/engine.h"
 #include "engine/runner.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 #include "tok/sbuf.h"
 
@@ -379,19 +380,10 @@ int main(void) {
         return EXIT_FAILURE;
     }
     Suite *s = suite_create("engine");
-    TCase *tc = tcase_create("engine");
-    tcase_add_test(tc, test_alone_vs_together);
-    tcase_add_test(tc, test_cancel_and_refusals);
-    tcase_add_test(tc, test_stop_strings);
-    tcase_add_test(tc, test_logprobs);
-    tcase_add_test(tc, test_runner_queue);
-    tcase_add_test(tc, test_spec);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the model is loaded once for every test */
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    TCase *tc = epyq_test_case(s, "engine", 0);
+    EPYQ_TESTS_ADD(tc, test_alone_vs_together, test_cancel_and_refusals, test_stop_strings,
+                   test_logprobs, test_runner_queue, test_spec);
+    int nf = epyq_test_failures(s, true); /* the model is loaded once for every test */
     epyq_tok_free(g_tok);
     epyq_model_free(g_m);
     free(g_dir);

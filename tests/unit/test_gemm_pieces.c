@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "model/model_impl.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static epyq_rlin bf16_lin(int32_t n, int32_t k) {
@@ -122,14 +123,7 @@ END_TEST
 
 int main(void) {
     Suite *su = suite_create("gemm_pieces");
-    TCase *tc = tcase_create("split");
-    tcase_add_test(tc, test_lm_head_tail);
-    tcase_add_test(tc, test_model_runs);
-    tcase_add_test(tc, test_random_shapes);
-    suite_add_tcase(su, tc);
-    SRunner *sr = srunner_create(su);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(su, "split", 0);
+    EPYQ_TESTS_ADD(tc, test_lm_head_tail, test_model_runs, test_random_shapes);
+    return epyq_test_run(su);
 }

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja.h"
+#include "chat/jinja.h"
+#include "tests/check_main.h"
 
 /* Renders src with vars (JSON text or NULL). Returns the output (malloc'd) or NULL with the
  * error in *err. */
@@ -284,25 +285,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("jinja");
-    TCase *tc = tcase_create("constructs");
-    tcase_add_test(tc, whitespace_control);
-    tcase_add_test(tc, literals_and_printing);
-    tcase_add_test(tc, operators);
-    tcase_add_test(tc, subscripts_and_slices);
-    tcase_add_test(tc, for_loops);
-    tcase_add_test(tc, set_scoping_namespace);
-    tcase_add_test(tc, macros);
-    tcase_add_test(tc, filters);
-    tcase_add_test(tc, tests_is);
-    tcase_add_test(tc, string_methods);
-    tcase_add_test(tc, undefined_semantics);
-    tcase_add_test(tc, raise_exception_message);
-    tcase_add_test(tc, unsupported_constructs);
-    tcase_add_test(tc, hostile_templates_are_bounded);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "constructs", 0);
+    EPYQ_TESTS_ADD(tc, whitespace_control, literals_and_printing, operators, subscripts_and_slices,
+                   for_loops, set_scoping_namespace, macros, filters, tests_is, string_methods,
+                   undefined_semantics, raise_exception_message, unsupported_constructs,
+                   hostile_templates_are_bounded);
+    return epyq_test_run(s);
 }

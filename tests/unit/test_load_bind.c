@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "load/weights.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
@@ -18,22 +19,12 @@
     } while (0)
 
 static char *write_model(const tc_opts *o, void (*mutate)(tc_list *, void *), void *ctx) {
-    char *dir = epyq_test_tmpdir();
+    char *dir = tc_write_tmp(o, mutate, ctx);
     ck_assert_ptr_nonnull(dir);
-    tc_list l = {0};
-    tc_model(&l, o);
-    if (mutate) mutate(&l, ctx);
-    ck_assert_int_eq(tc_write(dir, &l, o), 0);
-    tc_free(&l);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 typedef struct {
     const tc_opts *o;
@@ -322,25 +313,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_bind");
-    TCase *tc = tcase_create("bind");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, rt_bf16);
-    tcase_add_test(tc, rt_gptq);
-    tcase_add_test(tc, rt_gptq_act_order);
-    tcase_add_test(tc, rt_ct);
-    tcase_add_test(tc, rt_quark);
-    tcase_add_test(tc, rt_awq);
-    tcase_add_test(tc, layouts);
-    tcase_add_test(tc, transposed_weight);
-    tcase_add_test(tc, missing_tensor);
-    tcase_add_test(tc, unexpected_tensor);
-    tcase_add_test(tc, bad_companions);
-    tcase_add_test(tc, ct_weight_shape_checked);
-    tcase_add_test(tc, config_refusal_reaches_bind);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "bind", 120);
+    EPYQ_TESTS_ADD(tc, rt_bf16, rt_gptq, rt_gptq_act_order, rt_ct, rt_quark, rt_awq, layouts,
+                   transposed_weight, missing_tensor, unexpected_tensor, bad_companions,
+                   ct_weight_shape_checked, config_refusal_reaches_bind);
+    return epyq_test_run(s);
 }

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "load/config.h"
+#include "load/model_config.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 
 /* The tiny model's config.json for fmt with the first `from` replaced by `to` (NULL: none). */
@@ -429,24 +430,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_config");
-    TCase *tc = tcase_create("config");
-    tcase_add_test(tc, text_config_values);
-    tcase_add_test(tc, text_only_and_derivations);
-    tcase_add_test(tc, text_config_refusals);
-    tcase_add_test(tc, generation_config);
-    tcase_add_test(tc, gptq_variants);
-    tcase_add_test(tc, gptq_refusals);
-    tcase_add_test(tc, ct_variants);
-    tcase_add_test(tc, ct_refusals);
-    tcase_add_test(tc, quark_variants);
-    tcase_add_test(tc, quark_refusals);
-    tcase_add_test(tc, quark_layer_overrides);
-    tcase_add_test(tc, rope_yarn);
-    tcase_add_test(tc, awq_and_unknown);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "config", 0);
+    EPYQ_TESTS_ADD(tc, text_config_values, text_only_and_derivations, text_config_refusals,
+                   generation_config, gptq_variants, gptq_refusals, ct_variants, ct_refusals,
+                   quark_variants, quark_refusals, quark_layer_overrides, rope_yarn,
+                   awq_and_unknown);
+    return epyq_test_run(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "load/weights.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 /* Check's ck_assert records a checkpoint on every call (a syscall in fork mode); inside
@@ -165,17 +166,8 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("load_fixtures");
-    TCase *tc = tcase_create("fixtures");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, bf16_fused_equals_per_expert);
-    tcase_add_test(tc, gptq_matches_bf16);
-    tcase_add_test(tc, ct_matches_bf16);
-    tcase_add_test(tc, quark_matches_bf16);
-    tcase_add_test(tc, config_values);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "fixtures", 120);
+    EPYQ_TESTS_ADD(tc, bf16_fused_equals_per_expert, gptq_matches_bf16, ct_matches_bf16,
+                   quark_matches_bf16, config_values);
+    return epyq_test_run(s);
 }

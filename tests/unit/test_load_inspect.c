@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
@@ -60,20 +61,12 @@ static int count_lines(const char *s) {
 
 static char *tiny(epyq_qformat fmt) {
     tc_opts o = tc_defaults(fmt);
-    char *dir = epyq_test_tmpdir();
-    tc_list l = {0};
-    tc_model(&l, &o);
-    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
-    tc_free(&l);
+    char *dir = tc_write_tmp(&o, NULL, NULL);
+    ck_assert_ptr_nonnull(dir);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 static double jnum(const cJSON *o, const char *path1, const char *path2) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, path1);
@@ -315,20 +308,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_inspect");
-    TCase *tc = tcase_create("inspect");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, good_folder);
-    tcase_add_test(tc, bad_folder);
-    tcase_add_test(tc, scales_checked_by_default);
-    tcase_add_test(tc, zero_points_checked_by_default);
-    tcase_add_test(tc, gidx_checked_by_default);
-    tcase_add_test(tc, unexpected_tensors_listed);
-    tcase_add_test(tc, usage);
-    tcase_add_test(tc, fixture_folders);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "inspect", 120);
+    EPYQ_TESTS_ADD(tc, good_folder, bad_folder, scales_checked_by_default,
+                   zero_points_checked_by_default, gidx_checked_by_default,
+                   unexpected_tensors_listed, usage, fixture_folders);
+    return epyq_test_run(s);
 }

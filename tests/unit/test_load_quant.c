@@ -9,6 +9,7 @@
 
 #include "core/util.h"
 #include "load/weights.h"
+#include "tests/check_main.h"
 
 static uint16_t bf16_one = 0x3F80; /* 1.0 */
 
@@ -265,21 +266,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_quant");
-    TCase *tc = tcase_create("decode");
-    tcase_add_test(tc, gptq_v1_v2);
-    tcase_add_test(tc, gptq_v1_wraps_whole_word);
-    tcase_add_test(tc, ct_sym);
-    tcase_add_test(tc, ct_asym_zero_along_dim0);
-    tcase_add_test(tc, awq_and_quark_uint4);
-    tcase_add_test(tc, quark_int4_reorder);
-    tcase_add_test(tc, quark_int4_order);
-    tcase_add_test(tc, quark_padding_n_below_8);
-    tcase_add_test(tc, gidx_gather);
-    tcase_add_test(tc, nonfinite_scale);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "decode", 0);
+    EPYQ_TESTS_ADD(tc, gptq_v1_v2, gptq_v1_wraps_whole_word, ct_sym, ct_asym_zero_along_dim0,
+                   awq_and_quark_uint4, quark_int4_reorder, quark_int4_order,
+                   quark_padding_n_below_8, gidx_gather, nonfinite_scale);
+    return epyq_test_run(s);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "load/safetensors.h"
+#include "tests/check_main.h"
 #include "tests/files/tiny_ckpt.h"
 #include "tests/testutil.h"
 
@@ -198,20 +199,12 @@ END_TEST
 static char *folder(int nshards) {
     tc_opts o = tc_defaults(EPYQ_QF_NONE);
     o.nshards = nshards;
-    char *dir = epyq_test_tmpdir();
-    tc_list l = {0};
-    tc_model(&l, &o);
-    ck_assert_int_eq(tc_write(dir, &l, &o), 0);
-    tc_free(&l);
+    char *dir = tc_write_tmp(&o, NULL, NULL);
+    ck_assert_ptr_nonnull(dir);
     return dir;
 }
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 /* Replace the first occurrence of `from` with `to` in dir/name. */
 static void edit(const char *dir, const char *name, const char *from, const char *to) {
@@ -346,21 +339,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("load_st");
-    TCase *tc = tcase_create("safetensors");
-    tcase_add_test(tc, valid_header);
-    tcase_add_test(tc, truncation_everywhere);
-    tcase_add_test(tc, header_length);
-    tcase_add_test(tc, offsets);
-    tcase_add_test(tc, shapes_and_dtypes);
-    tcase_add_test(tc, json_rules);
-    tcase_add_test(tc, folder_ok);
-    tcase_add_test(tc, index_mismatch);
-    tcase_add_test(tc, same_tensor_in_two_shards);
-    tcase_add_test(tc, truncated_shard_file);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "safetensors", 0);
+    EPYQ_TESTS_ADD(tc, valid_header, truncation_everywhere, header_length, offsets,
+                   shapes_and_dtypes, json_rules, folder_ok, index_mismatch,
+                   same_tensor_in_two_shards, truncated_shard_file);
+    return epyq_test_run(s);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/e2e/synth_model.h"
 
@@ -204,18 +205,12 @@ int main(void) {
     g_dir = synth_model("ct", 1);
     if (!g_dir) return EXIT_FAILURE;
     Suite *s = suite_create("model_batch");
-    TCase *tc = tcase_create("batch");
+    TCase *tc = epyq_test_case(s, "batch", 0);
     /* EPYQ_FAST (sanitizer runs): skip the slow ref-kernel variants */
     tcase_add_loop_test(tc, test_alone_vs_batch, 0, getenv("EPYQ_FAST") ? 2 : 4);
-    tcase_add_test(tc, test_threads_identical);
-    tcase_add_test(tc, test_moe_split_identical);
-    tcase_add_test(tc, test_context_refusal);
-    tcase_add_test(tc, test_fp8_kv);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    EPYQ_TESTS_ADD(tc, test_threads_identical, test_moe_split_identical, test_context_refusal,
+                   test_fp8_kv);
+    int nf = epyq_test_failures(s, false);
     free(g_dir);
     return nf ? EXIT_FAILURE : EXIT_SUCCESS;
 }

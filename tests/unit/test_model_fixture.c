@@ -12,11 +12,9 @@
 #include <stdlib.h>
 
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
-
-static const char *const folders[] = {"tiny-bf16", "tiny-bf16-fused", "tiny-gptq", "tiny-ct",
-                                      "tiny-quark"};
 
 static void expect_dist(const char *what, const conform_stats *s) {
     ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean,
@@ -25,29 +23,19 @@ static void expect_dist(const char *what, const conform_stats *s) {
 }
 
 static void check_folder(const char *name, epyq_numpath path) {
-    char sub[256], dir[4096], label[128];
-    snprintf(sub, sizeof sub, "fixtures/models/%s", name);
-    const char *p = epyq_test_shared(sub);
-    if (!p) {
-        printf("skip %s: ../shared not present\n", name);
-        return;
-    }
-    if (snprintf(dir, sizeof dir, "%s", p) >= (int)sizeof dir) return;
+    char dir[4096], label[128];
+    if (!conform_fixture_dir(name, dir, sizeof dir)) return;
     epyq_err err = {0};
     epyq_model *m = NULL;
     epyq_model_opts mo = {.path = path, .n_threads = 2};
     ck_assert_msg(epyq_model_load(&m, dir, &mo, &err) == EPYQ_OK, "%s: %s", name, err.msg);
     const epyq_config *c = epyq_model_config(m);
     const int V = c->vocab_size, H = c->hidden_size;
-    int prompt[64], greedy[64], drafts[8];
-    int n = conform_read_ids(dir, "prompt.json", "ids", prompt, 64);
-    int ng = conform_read_ids(dir, "greedy.json", "ids", greedy, 64);
-    int nd = conform_read_drafts(dir, drafts, 8);
-    ck_assert(n > 1 && ng > 1 && nd == 2);
-    float *e_pre = conform_read_f32(dir, "logits_prefill.f32", (size_t)n * V);
-    float *e_dec = conform_read_f32(dir, "logits_decode.f32", (size_t)ng * V);
-    float *e_mtp = conform_read_f32(dir, "mtp_logits.f32", (size_t)nd * V);
-    ck_assert(e_pre && e_dec && e_mtp);
+    conform_expect ex;
+    ck_assert_msg(conform_expect_read(dir, V, &ex), "%s: expected/ files missing or short", name);
+    const int n = ex.n, ng = ex.ng, nd = ex.nd, *prompt = ex.prompt, *greedy = ex.greedy,
+              *drafts = ex.drafts;
+    float *e_pre = ex.pre, *e_dec = ex.dec, *e_mtp = ex.mtp;
 
     epyq_seq *s = NULL;
     ck_assert(epyq_seq_create(&s, m, n + ng, EPYQ_KV_BF16, &err) == EPYQ_OK);
@@ -100,38 +88,17 @@ static void check_folder(const char *name, epyq_numpath path) {
     epyq_model_free(m);
 }
 
-START_TEST(test_fixture_a16) { check_folder(folders[_i], EPYQ_PATH_A16); }
+START_TEST(test_fixture_a16) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A16); }
 END_TEST
-START_TEST(test_fixture_a8) { check_folder(folders[_i], EPYQ_PATH_A8); }
+START_TEST(test_fixture_a8) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A8); }
 END_TEST
-
-/* Every case here reads the fixtures, so with none of the selected folders present nothing was
- * tested: exit 77 for automake to count a SKIP instead of reporting a PASS. */
-static bool any_folder(int f0, int f1) {
-    char sub[256];
-    for (int i = f0; i < f1; i++) {
-        snprintf(sub, sizeof sub, "fixtures/models/%s", folders[i]);
-        if (epyq_test_shared(sub)) return true;
-    }
-    return false;
-}
 
 int main(void) {
-    int nf = (int)(sizeof folders / sizeof folders[0]);
-    /* EPYQ_FAST (sanitizer runs): tiny-ct only, the folder with int4 in every block */
-    int f0 = getenv("EPYQ_FAST") ? 3 : 0, f1 = getenv("EPYQ_FAST") ? 4 : nf;
-    if (!any_folder(f0, f1)) {
-        printf("skip: ../shared/fixtures/models not found\n");
-        return 77;
-    }
+    int f0, f1;
+    if (epyq_test_model_range(&f0, &f1)) return 77;
     Suite *s = suite_create("model_fixture");
-    TCase *tc = tcase_create("fixtures");
+    TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_fixture_a16, f0, f1);
     tcase_add_loop_test(tc, test_fixture_a8, f0, f1);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

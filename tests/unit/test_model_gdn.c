@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/model_impl.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/e2e/synth_model.h"
 
@@ -145,13 +146,7 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_gdn");
-    TCase *tc = tcase_create("gdn");
-    tcase_add_test(tc, test_chunk_vs_recurrent);
-    tcase_add_test(tc, test_prefill_forms);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "gdn", 0);
+    EPYQ_TESTS_ADD(tc, test_chunk_vs_recurrent, test_prefill_forms);
+    return epyq_test_run(s);
 }

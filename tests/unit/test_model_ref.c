@@ -9,36 +9,24 @@
 
 #include "load/weights.h"
 #include "ref/ref_forward.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
-static const char *const folders[] = {"tiny-bf16", "tiny-bf16-fused", "tiny-gptq", "tiny-ct",
-                                      "tiny-quark"};
-
 static void check_folder(const char *name) {
-    char sub[256], dir[4096];
-    snprintf(sub, sizeof sub, "fixtures/models/%s", name);
-    const char *p = epyq_test_shared(sub);
-    if (!p) {
-        printf("skip %s: ../shared not present\n", name);
-        return;
-    }
-    if (snprintf(dir, sizeof dir, "%s", p) >= (int)sizeof dir) return;
+    char dir[4096];
+    if (!conform_fixture_dir(name, dir, sizeof dir)) return;
 
     epyq_err err = {0};
     epyq_weights *w = NULL;
     epyq_bind_opts bo = {0};
     ck_assert_msg(epyq_weights_bind(&w, dir, &bo, &err) == EPYQ_OK, "%s: %s", name, err.msg);
     const int V = w->cfg.vocab_size, H = w->cfg.hidden_size;
-    int prompt[64], greedy[64], drafts[8];
-    int n = conform_read_ids(dir, "prompt.json", "ids", prompt, 64);
-    int ng = conform_read_ids(dir, "greedy.json", "ids", greedy, 64);
-    int nd = conform_read_drafts(dir, drafts, 8);
-    ck_assert(n > 1 && ng > 1 && nd == 2);
-    float *e_pre = conform_read_f32(dir, "logits_prefill.f32", (size_t)n * V);
-    float *e_dec = conform_read_f32(dir, "logits_decode.f32", (size_t)ng * V);
-    float *e_mtp = conform_read_f32(dir, "mtp_logits.f32", (size_t)nd * V);
-    ck_assert(e_pre && e_dec && e_mtp);
+    conform_expect ex;
+    ck_assert_msg(conform_expect_read(dir, V, &ex), "%s: expected/ files missing or short", name);
+    const int n = ex.n, ng = ex.ng, nd = ex.nd, *prompt = ex.prompt, *greedy = ex.greedy,
+              *drafts = ex.drafts;
+    float *e_pre = ex.pre, *e_dec = ex.dec, *e_mtp = ex.mtp;
 
     epyq_ref *r = NULL;
     ck_assert_msg(epyq_ref_create(&r, w, n + ng, &err) == EPYQ_OK, "%s: %s", name, err.msg);
@@ -98,7 +86,7 @@ static void check_folder(const char *name) {
     epyq_weights_free(w);
 }
 
-START_TEST(test_ref_fixture) { check_folder(folders[_i]); }
+START_TEST(test_ref_fixture) { check_folder(epyq_test_model_name(_i)); }
 END_TEST
 
 START_TEST(test_ref_errors) {
@@ -122,33 +110,12 @@ START_TEST(test_ref_errors) {
 }
 END_TEST
 
-/* Every case here reads the fixtures, so with none of the selected folders present nothing was
- * tested: exit 77 for automake to count a SKIP instead of reporting a PASS. */
-static bool any_folder(int f0, int f1) {
-    char sub[256];
-    for (int i = f0; i < f1; i++) {
-        snprintf(sub, sizeof sub, "fixtures/models/%s", folders[i]);
-        if (epyq_test_shared(sub)) return true;
-    }
-    return false;
-}
-
 int main(void) {
-    /* EPYQ_FAST (sanitizer runs): tiny-ct only */
-    int nf = (int)(sizeof folders / sizeof folders[0]);
-    int f0 = getenv("EPYQ_FAST") ? 3 : 0, f1 = getenv("EPYQ_FAST") ? 4 : nf;
-    if (!any_folder(f0, f1)) {
-        printf("skip: ../shared/fixtures/models not found\n");
-        return 77;
-    }
+    int f0, f1;
+    if (epyq_test_model_range(&f0, &f1)) return 77;
     Suite *s = suite_create("model_ref");
-    TCase *tc = tcase_create("fixtures");
+    TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_ref_fixture, f0, f1);
     tcase_add_test(tc, test_ref_errors);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

@@ -16,9 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load/tensor_f32.h"
 #include "load/weights.h"
 #include "model/model.h"
-#include "model/tensor_f32.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 
 static const int32_t IDS[] = {3, 17, 200, 45, 999, 8, 61, 512, 77, 5};
@@ -230,17 +231,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_requant");
-    TCase *tc = tcase_create("requant");
-    tcase_set_timeout(tc, 300);
+    TCase *tc = epyq_test_case(s, "requant", 300);
     tcase_add_loop_test(tc, test_head_matches_rtn, 0, 2);
-    tcase_add_test(tc, test_close_smaller_deterministic);
-    tcase_add_test(tc, test_dense_on_int4_checkpoint_is_noop);
-    tcase_add_test(tc, test_parse);
-    tcase_add_test(tc, test_last_bytes);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    EPYQ_TESTS_ADD(tc, test_close_smaller_deterministic, test_dense_on_int4_checkpoint_is_noop,
+                   test_parse, test_last_bytes);
+    return epyq_test_run(s);
 }

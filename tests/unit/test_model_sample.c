@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model/sample.h"
+#include "tests/check_main.h"
 
 static epyq_sampler *mk(float temp, int top_k, float top_p, float min_p, uint64_t seed) {
     epyq_sample_params p = {.temperature = temp, .top_k = top_k, .top_p = top_p, .min_p = min_p,
@@ -161,16 +162,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_sample");
-    TCase *tc = tcase_create("sample");
-    tcase_add_test(tc, test_greedy_and_seed);
-    tcase_add_test(tc, test_argmax);
-    tcase_add_test(tc, test_distributions);
-    tcase_add_test(tc, test_penalties);
-    tcase_add_test(tc, test_defaults_and_eos);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "sample", 0);
+    EPYQ_TESTS_ADD(tc, test_greedy_and_seed, test_argmax, test_distributions, test_penalties,
+                   test_defaults_and_eos);
+    return epyq_test_run(s);
 }

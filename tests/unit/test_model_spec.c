@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "model/sample.h"
 #include "model/spec.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 
 static epyq_model *load(const char *dir, epyq_requant draft, bool mtp) {
@@ -382,22 +383,13 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_spec");
-    TCase *tc = tcase_create("spec");
-    tcase_set_timeout(tc, 600);
+    TCase *tc = epyq_test_case(s, "spec", 600);
     tcase_add_test(tc, test_rollback_exact);
     tcase_add_loop_test(tc, test_greedy_identity_synth, 0, getenv("EPYQ_FAST") ? 1 : 3);
-    tcase_add_test(tc, test_forced);
-    tcase_add_test(tc, test_adaptive);
-    tcase_add_test(tc, test_sampled_identity);
-    suite_add_tcase(s, tc);
-    TCase *fx = tcase_create("fixtures");
-    tcase_set_timeout(fx, 600);
+    EPYQ_TESTS_ADD(tc, test_forced, test_adaptive, test_sampled_identity);
+    TCase *fx = epyq_test_case(s, "fixtures", 600);
     if (epyq_test_shared("fixtures/models")) tcase_add_test(fx, test_greedy_identity_fixtures);
-    suite_add_tcase(s, fx);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = epyq_test_failures(s, false);
     if (!epyq_test_shared("fixtures/models")) fprintf(stderr, "fixtures: ../shared absent, fixture identity not run\n");
     return failed ? 1 : 0;
 }

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/sample.h"
 #include "ref/ref_forward.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/e2e/synth_model.h"
 
@@ -99,14 +100,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_synth");
-    TCase *tc = tcase_create("synth");
+    TCase *tc = epyq_test_case(s, "synth", 0);
     /* EPYQ_FAST (sanitizer runs): compressed-tensors only */
     int nf = getenv("EPYQ_FAST") ? 1 : (int)(sizeof formats / sizeof formats[0]);
     tcase_add_loop_test(tc, test_runtime_vs_ref, 0, nf);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

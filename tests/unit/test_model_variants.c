@@ -26,6 +26,7 @@
 #include "model/sample.h"
 #include "ref/ref_forward.h"
 #include "synth/synth.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
@@ -214,14 +215,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_variants");
-    TCase *tc = tcase_create("variants");
-    tcase_set_timeout(tc, 300);
+    TCase *tc = epyq_test_case(s, "variants", 300);
     tcase_add_loop_test(tc, test_actorder_vs_ref, 0, (int)(sizeof formats / sizeof formats[0]));
     tcase_add_test(tc, test_yarn_vs_ref);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

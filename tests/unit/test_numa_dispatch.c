@@ -14,6 +14,7 @@
 #include "numa/place.h"
 #include "numa/plan.h"
 #include "numa/topo.h"
+#include "tests/check_main.h"
 
 enum { LAYERS = 3, EXPERTS = 16, TOPK = 4, INTER = 48, SLICES = 3, WIDTH = 300, MAX_T = 40 };
 
@@ -290,10 +291,4 @@ static Suite *dispatch_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(dispatch_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return epyq_test_run(dispatch_suite()); }

@@ -14,6 +14,7 @@
 #include "numa/place.h"
 #include "numa/plan.h"
 #include "numa/topo.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static epyq_topo *real_topo(void) {
@@ -271,10 +272,4 @@ static Suite *place_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(place_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return epyq_test_run(place_suite()); }

@@ -11,6 +11,7 @@
 
 #include "numa/plan.h"
 #include "numa/topo.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 #define GIB (1ull << 30)
@@ -786,10 +787,4 @@ static Suite *plan_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(plan_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return epyq_test_run(plan_suite()); }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "numa/pool.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static bool fast_mode(void) {
@@ -419,10 +420,4 @@ static Suite *pool_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(pool_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return epyq_test_run(pool_suite()); }

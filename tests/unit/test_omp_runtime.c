@@ -4,7 +4,7 @@
  * (EPYQ_LIBS in Makefile.am), so the GOMP_* entry points oneDNN calls resolve to libomp's
  * GOMP compatibility layer and libgomp, though mapped (it is oneDNN's DT_NEEDED), never
  * runs a thread. This test re-executes tests/unit/omp_probe, which runs one bf16 matmul
- * through kernels-x86/dnnl_gemm.c, and checks:
+ * through benchmarks/dnnl_gemm.c, and checks:
  *   1. under LD_DEBUG=bindings with LD_BIND_NOW=1 (every symbol resolved at start-up, not
  *      only those called): every GOMP_* / omp_* / kmp_* symbol libdnnl.so.2 binds goes to
  *      libomp.so.5, none to libgomp.so.1, and there is at least one GOMP_* binding;
@@ -25,7 +25,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kernels-x86/dnnl_gemm.h"
+#include "benchmarks/dnnl_gemm.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 static char probe[4096];
@@ -138,13 +139,7 @@ int main(void) {
         return 1;
     }
     Suite *s = suite_create("omp_runtime");
-    TCase *tc = tcase_create("dnnl");
-    tcase_add_test(tc, test_dnnl_binds_to_libomp);
-    tcase_add_test(tc, test_no_spinning_after_gemm);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "dnnl", 0);
+    EPYQ_TESTS_ADD(tc, test_dnnl_binds_to_libomp, test_no_spinning_after_gemm);
+    return epyq_test_run(s);
 }

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/reasoning.h"
+#include "chat/reasoning.h"
+#include "chat/toolcall.h"
+#include "tests/check_main.h"
 #include "tok/sbuf.h"
-#include "tok/toolcall.h"
 
 /* ---- reasoning -------------------------------------------------------------------------- */
 
@@ -245,17 +246,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("parse");
-    TCase *tc = tcase_create("parse");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, reasoning_every_split);
-    tcase_add_test(tc, toolcall_every_split);
-    tcase_add_test(tc, value_conversion);
-    tcase_add_test(tc, arguments_json_text);
-    tcase_add_test(tc, reasoning_then_tools);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "parse", 120);
+    EPYQ_TESTS_ADD(tc, reasoning_every_split, toolcall_every_split, value_conversion,
+                   arguments_json_text, reasoning_then_tools);
+    return epyq_test_run(s);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 
 #define NREQ 16
@@ -195,17 +196,9 @@ int main(void) {
         return EXIT_FAILURE;
     }
     Suite *s = suite_create("prefix");
-    TCase *tc = tcase_create("prefix");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_shared_prefix);
-    tcase_add_test(tc, test_extends_earlier_prompt);
-    tcase_add_test(tc, test_lru_budget);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK); /* the model is loaded once for every test */
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    TCase *tc = epyq_test_case(s, "prefix", 600);
+    EPYQ_TESTS_ADD(tc, test_shared_prefix, test_extends_earlier_prompt, test_lru_budget);
+    int nf = epyq_test_failures(s, true); /* the model is loaded once for every test */
     epyq_tok_free(g_tok);
     epyq_model_free(g_m);
     free(g_dir);

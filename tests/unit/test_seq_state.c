@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 
 #define P 37 /* prefix */
@@ -133,15 +134,7 @@ int main(void) {
     epyq_err err = {0};
     if (epyq_kern_init(&err) != EPYQ_OK) return fprintf(stderr, "%s\n", err.msg), EXIT_FAILURE;
     Suite *s = suite_create("seq_state");
-    TCase *tc = tcase_create("seq_state");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_exact_ct);
-    tcase_add_test(tc, test_exact_ct_fp8);
-    tcase_add_test(tc, test_exact_bf16);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "seq_state", 300);
+    EPYQ_TESTS_ADD(tc, test_exact_ct, test_exact_ct_fp8, test_exact_bf16);
+    return epyq_test_run(s);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/check_main.h"
 #include "tools/serve_out.h"
 
 static const char *OUT =
@@ -147,13 +148,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("serve_out");
-    TCase *tc = tcase_create("serve_out");
+    TCase *tc = epyq_test_case(s, "serve_out", 0);
     tcase_add_loop_test(tc, test_split_points, 0, (int)strlen(OUT));
     tcase_add_test(tc, test_length_and_plain);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

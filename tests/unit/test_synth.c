@@ -16,15 +16,11 @@
 #include "core/util.h"
 #include "kernels-x86/kern.h"
 #include "synth/synth_int.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 #include "tests/unit/test_synth_ref.h"
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 /* ---- §3 worked example: codes U[n][k] = (n + k) mod 16, signed S = U - 8 ---- */
 
@@ -479,20 +475,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("synth");
-    TCase *tc = tcase_create("synth");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_pack_words);
-    tcase_add_test(tc, test_quantize_rules);
-    tcase_add_test(tc, test_simd_matches_scalar);
-    tcase_add_test(tc, test_plan_35b);
-    tcase_add_test(tc, test_determinism);
-    tcase_add_test(tc, test_tokenizer_tiny);
-    tcase_add_test(tc, test_tokenizer_35b);
-    tcase_add_test(tc, test_cli);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    TCase *tc = epyq_test_case(s, "synth", 120);
+    EPYQ_TESTS_ADD(tc, test_pack_words, test_quantize_rules, test_simd_matches_scalar,
+                   test_plan_35b, test_determinism, test_tokenizer_tiny, test_tokenizer_35b,
+                   test_cli);
+    return epyq_test_run(s);
 }

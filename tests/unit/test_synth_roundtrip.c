@@ -11,17 +11,13 @@
 
 #include "load/weights.h"
 #include "synth/synth.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 #include "tests/unit/test_synth_ref.h"
 
 #define SEED 42
 
-static void rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    free(dir);
-}
+static void rm_dir(char *dir) { ck_assert_int_eq(epyq_test_rm_dir(dir), 0); }
 
 static char *synth(epyq_synth_format f, bool fused, epyq_synth_dims *d) {
     char *dir = epyq_test_tmpdir();
@@ -260,20 +256,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("synth_roundtrip");
-    TCase *tc = tcase_create("roundtrip");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_roundtrip_bf16);
-    tcase_add_test(tc, test_roundtrip_bf16_fused);
-    tcase_add_test(tc, test_roundtrip_gptq);
-    tcase_add_test(tc, test_roundtrip_ct);
-    tcase_add_test(tc, test_roundtrip_quark);
-    tcase_add_test(tc, test_roundtrip_awq);
+    TCase *tc = epyq_test_case(s, "roundtrip", 120);
+    EPYQ_TESTS_ADD(tc, test_roundtrip_bf16, test_roundtrip_bf16_fused, test_roundtrip_gptq,
+                   test_roundtrip_ct, test_roundtrip_quark, test_roundtrip_awq);
     tcase_add_loop_test(tc, test_fixture_layout, 0, (int)(sizeof fixtures / sizeof fixtures[0]));
     tcase_add_test(tc, test_shard_order);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_run(s);
 }

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 #include "tests/unit/tok_tiny.h"
 #include "tok/sbuf.h"
@@ -183,18 +184,9 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("tok_cli");
-    TCase *tc = tcase_create("cli");
+    TCase *tc = epyq_test_case(s, "cli", 120);
     tcase_add_unchecked_fixture(tc, setup, NULL);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, tokenize_all_stdin);
-    tcase_add_test(tc, tokenize_jsonl);
-    tcase_add_test(tc, detokenize_round_trip);
-    tcase_add_test(tc, help_and_usage);
-    tcase_add_test(tc, golden_through_cli);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    EPYQ_TESTS_ADD(tc, tokenize_all_stdin, tokenize_jsonl, detokenize_round_trip, help_and_usage,
+                   golden_through_cli);
+    return epyq_test_run(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 #include "tok/json_text.h"
 #include "tok/sbuf.h"
@@ -297,19 +298,9 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("tok_golden");
-    TCase *tc = tcase_create("golden");
+    TCase *tc = epyq_test_case(s, "golden", 120);
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, golden_encode);
-    tcase_add_test(tc, golden_encode_config_tokens);
-    tcase_add_test(tc, golden_decode);
-    tcase_add_test(tc, decode_cases);
-    tcase_add_test(tc, invalid_utf8_matches_golden);
-    tcase_add_test(tc, split_special_flag);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    EPYQ_TESTS_ADD(tc, golden_encode, golden_encode_config_tokens, golden_decode, decode_cases,
+                   invalid_utf8_matches_golden, split_special_flag);
+    return epyq_test_run(s);
 }

@@ -11,14 +11,15 @@
 
 #include "core/log.h"
 #include "core/util.h"
-#include "tests/testutil.h"
 #include "synth/synth.h"
 #include "synth/synth_int.h"
+#include "tests/check_main.h"
+#include "tests/testutil.h"
+#include "tests/unit/tok_tiny.h"
 #include "tok/json_text.h"
 #include "tok/sbuf.h"
 #include "tok/tok_internal.h"
 #include "tok/tokenizer.h"
-#include "tests/unit/tok_tiny.h"
 
 static epyq_tok *g_tiny;
 static char *g_tiny_dir;
@@ -446,27 +447,11 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("tok_local");
-    TCase *tc = tcase_create("tiny");
+    TCase *tc = epyq_test_case(s, "tiny", 0);
     tcase_add_unchecked_fixture(tc, setup, teardown);
-    tcase_add_test(tc, merge_order);
-    tcase_add_test(tc, empty_text);
-    tcase_add_test(tc, added_tokens);
-    tcase_add_test(tc, config_tokens_option);
-    tcase_add_test(tc, nfc_and_invalid_utf8);
-    tcase_add_test(tc, merge_spellings_and_no_normalizer);
-    tcase_add_test(tc, bad_files_refused);
-    tcase_add_test(tc, decode_rules);
-    tcase_add_test(tc, stream_holds_partial_utf8);
-    tcase_add_test(tc, utf8_lossy_rules);
-    tcase_add_test(tc, scan_and_heap_agree);
-    tcase_add_test(tc, json_text_field);
-    tcase_add_test(tc, nfc_segments_match_whole_text);
-    tcase_add_test(tc, synth_tokenizer);
-    tcase_add_test(tc, split_pieces);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    EPYQ_TESTS_ADD(tc, merge_order, empty_text, added_tokens, config_tokens_option,
+                   nfc_and_invalid_utf8, merge_spellings_and_no_normalizer, bad_files_refused,
+                   decode_rules, stream_holds_partial_utf8, utf8_lossy_rules, scan_and_heap_agree,
+                   json_text_field, nfc_segments_match_whole_text, synth_tokenizer, split_pieces);
+    return epyq_test_run(s);
 }

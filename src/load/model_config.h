@@ -1,4 +1,4 @@
-/* src/load/config.h — config.json / generation_config.json / quantization_config.
+/* src/load/model_config.h — config.json / generation_config.json / quantization_config.
  *
  * Promise: epyq_config_load() reads the folder's config.json (top level and text_config),
  * generation_config.json (optional) and the quantisation block (quantization_config in
@@ -7,8 +7,8 @@
  * layer_types length == num_hidden_layers), and detects the weight format. Any quantisation
  * scheme outside what the kernels implement is refused with EPYQ_E_QUANT naming the method,
  * bits, group size or format — never best effort. */
-#ifndef EPYQ_CONFIG_H
-#define EPYQ_CONFIG_H
+#ifndef EPYQ_LOAD_MODEL_CONFIG_H
+#define EPYQ_LOAD_MODEL_CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,6 +17,12 @@
 
 #define EPYQ_MAX_LAYERS 512
 #define EPYQ_MAX_EOS 8
+
+/* Shapes past what the config accepts that the model and the reference still refuse (with
+ * EPYQ_E_SHAPE / EPYQ_E_UNSUPPORTED), because their per-token scratch is fixed-size. */
+#define EPYQ_MAX_EXPERTS 1024 /* routed experts: the router's probabilities and taken-bits */
+#define EPYQ_MAX_TOPK 64      /* experts chosen per token: the reference's selection array */
+#define EPYQ_MAX_CONV_TAPS 16 /* width of the DeltaNet causal conv the model accepts */
 
 typedef enum {
     EPYQ_QF_NONE = 0, /* BF16/F16/F32 checkpoint */
@@ -80,6 +86,35 @@ typedef struct {
     bool quark_signed;                        /* Quark dtype int4 (two's complement nibbles) vs uint4 */
     epyq_qconfig *qc;                         /* owned; NULL for EPYQ_QF_NONE */
 } epyq_config;
+
+/* The model's sizes under the short names the forward-pass code and docs/architecture.md §1
+ * use (llama2.c style). epyq_config_dims fills one from the config; the runtime model
+ * (src/model) and the reference (src/ref) each keep a copy and read these, never the config's
+ * long names. Values for Qwen3.6-35B-A3B in brackets. */
+typedef struct {
+    int32_t H; /* hidden width: the residual stream, every norm and projection input [2048] */
+    int32_t V; /* vocabulary: rows of embed_tokens and lm_head [248320] */
+    int32_t L; /* decoder layers of the trunk (the MTP layer is extra) [40] */
+    /* full (softmax) attention layers */
+    int32_t nq;  /* query heads [16] */
+    int32_t nkv; /* key/value heads; nq / nkv query heads share one (GQA) [2] */
+    int32_t hd;  /* width of one attention head [256] */
+    int32_t rd;  /* rotary dims: the first rd of each head's hd are rotated (partial RoPE) [64] */
+    /* Gated DeltaNet (linear attention) layers */
+    int32_t Hk;       /* key (and query) heads [16] */
+    int32_t Hv;       /* value heads; Hv / Hk per key head [32] */
+    int32_t Dk;       /* width of a key head [128] */
+    int32_t Dv;       /* width of a value head [128] */
+    int32_t Kc;       /* taps of the causal depthwise conv over q, k, v [4] */
+    int32_t conv_dim; /* channels that conv runs over: 2*Hk*Dk + Hv*Dv [8192] */
+    /* mixture of experts (every layer) */
+    int32_t E;    /* routed experts [256] */
+    int32_t topk; /* routed experts chosen per token [8] */
+    int32_t I;    /* intermediate width of one routed expert [512] */
+    int32_t Is;   /* intermediate width of the shared expert [512] */
+} epyq_dims;
+
+epyq_dims epyq_config_dims(const epyq_config *cfg);
 
 epyq_status epyq_config_load(epyq_config *cfg, const char *dir, epyq_err *err);
 /* Parse from strings (tests, fuzzing). gen_json / qc_json may be NULL. */

@@ -1,6 +1,6 @@
-/* src/tok/reasoning.c — see reasoning.h. Held-back text lives in `pending`: it is at most
+/* src/chat/reasoning.c — see reasoning.h. Held-back text lives in `pending`: it is at most
  * one tag long, so the parser's memory stays constant whatever the output length. */
-#include "tok/reasoning.h"
+#include "chat/reasoning.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* src/load/config.c — config.json (top level + text_config) and generation_config.json
- * (see config.h). The quantisation block is handed to qconfig.c. */
-#include "load/config.h"
+/* src/load/model_config.c — config.json (top level + text_config) and generation_config.json
+ * (see model_config.h). The quantisation block is handed to qconfig.c. */
+#include "load/model_config.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -320,6 +320,29 @@ static epyq_status parse_generation(epyq_config *cfg, const char *json, const ch
 done:
     cJSON_Delete(g);
     return st;
+}
+
+epyq_dims epyq_config_dims(const epyq_config *c) {
+    epyq_dims d = {
+        .H = c->hidden_size,
+        .V = c->vocab_size,
+        .L = c->num_hidden_layers,
+        .nq = c->num_attention_heads,
+        .nkv = c->num_key_value_heads,
+        .hd = c->head_dim,
+        .rd = c->rotary_dim,
+        .Hk = c->lin_num_key_heads,
+        .Hv = c->lin_num_value_heads,
+        .Dk = c->lin_key_head_dim,
+        .Dv = c->lin_value_head_dim,
+        .Kc = c->conv_kernel,
+        .E = c->num_experts,
+        .topk = c->num_experts_per_tok,
+        .I = c->moe_intermediate_size,
+        .Is = c->shared_expert_intermediate_size,
+    };
+    d.conv_dim = 2 * d.Hk * d.Dk + d.Hv * d.Dv;
+    return d;
 }
 
 void epyq_config_free(epyq_config *cfg) {

@@ -1,5 +1,5 @@
-/* src/model/tensor_f32.c — see tensor_f32.h. */
-#include "model/tensor_f32.h"
+/* src/load/tensor_f32.c — see tensor_f32.h. */
+#include "load/tensor_f32.h"
 
 #include <string.h>
 

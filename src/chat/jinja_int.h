@@ -1,9 +1,10 @@
-/* src/tok/jinja_int.h — shared internals of the chat-template interpreter (not a public API).
+/* src/chat/jinja_int.h — shared internals of the chat-template interpreter (not a public API).
  *
  * Promise: one set of types for the lexer (jinja_lex.c), parser (jinja_parse.c), values
- * (jinja_value.c, jinja_str.c), evaluator (jinja_eval.c) and built-ins (jinja_filters.c,
- * jinja_methods.c). Everything a template or a render allocates lives in an arena with a byte
- * cap, so a hostile template ends in an error, never in unbounded memory. */
+ * (jinja_value.c, jinja_str.c), evaluator (jinja_eval.c, jinja_ops.c) and built-ins
+ * (jinja_filters.c, jinja_tests.c, jinja_methods.c). Everything a template or a render allocates
+ * lives in an arena with a byte cap, so a hostile template ends in an error, never in unbounded
+ * memory. */
 #ifndef EPYQ_JINJA_INT_H
 #define EPYQ_JINJA_INT_H
 
@@ -13,8 +14,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/jinja.h"
 #include "core/status.h"
-#include "tok/jinja.h"
 #include "tok/sbuf.h"
 
 /* ---- arena ------------------------------------------------------------------------------ */
@@ -214,6 +215,16 @@ static inline jv jv_str(const char *p, size_t n) {
     v.u.s.n = n;
     return v;
 }
+static inline jv jv_list(jlist *l, bool tuple) {
+    jv v = {.t = JV_LIST, .tuple = tuple};
+    v.u.l = l;
+    return v;
+}
+/* Python's numeric tower: bool is an int, int and float are numbers. */
+static inline bool jv_is_intlike(jv v) { return v.t == JV_INT || v.t == JV_BOOL; }
+static inline int64_t jv_as_int(jv v) { return v.t == JV_INT ? v.u.i : v.u.b; }
+static inline bool jv_is_num(jv v) { return jv_is_intlike(v) || v.t == JV_FLOAT; }
+static inline double jv_as_f(jv v) { return v.t == JV_FLOAT ? v.u.f : (double)jv_as_int(v); }
 jlist *epyq_jj_list_new(jj_arena *a, size_t cap);
 bool epyq_jj_list_push(jj_arena *a, jlist *l, jv v);
 jdict *epyq_jj_dict_new(jj_arena *a, size_t cap);
@@ -257,6 +268,11 @@ bool epyq_jj_eval(jrender *r, jscope *sc, const jnode *n, jv *out);
 /* Calls a callable value (macro, built-in, method) with evaluated arguments. */
 bool epyq_jj_call_value(jrender *r, jv fn, const jv *args, const char *const *names, size_t nargs,
                    jv *out);
+/* Operators on values (jinja_ops.c): Python's semantics and TypeError messages. */
+bool epyq_jj_undefined_error(jrender *r, jv u); /* "'name' is undefined" */
+bool epyq_jj_slice(jrender *r, jv obj, jv start, jv stop, jv step, jv *out);
+bool epyq_jj_binary(jrender *r, jop op, jv a, jv b, jv *out);
+bool epyq_jj_compare_op(jrender *r, jop op, jv a, jv b, bool *out);
 /* attribute / item access with jinja2's getattr/getitem rules. */
 bool epyq_jj_getattr(jrender *r, jv obj, const char *name, jv *out);
 bool epyq_jj_getitem(jrender *r, jv obj, jv key, jv *out);
@@ -264,6 +280,10 @@ bool epyq_jj_getitem(jrender *r, jv obj, jv key, jv *out);
 bool epyq_jj_apply_filter(jrender *r, jscope *sc, int fid, const jv *args, const char *const *names,
                      size_t nargs, jv *out);
 bool epyq_jj_apply_test(jrender *r, int tid, const jv *args, size_t nargs, bool *out);
+/* Case mapping of a string value, one code point at a time (lower/upper/capitalize/title
+ * filters, unique's and sort's case-insensitive keys, the lower/upper tests). */
+enum { JJ_CASE_LOWER, JJ_CASE_UPPER, JJ_CASE_CAPITALIZE, JJ_CASE_TITLE };
+bool epyq_jj_map_case(jrender *r, jv s, int mode, jv *out);
 /* Methods of str/dict/list/loop and the globals (range, namespace, raise_exception …). */
 bool epyq_jj_method(jrender *r, jv self, const char *name, jv *out); /* false + undef when none */
 bool epyq_jj_call_builtin(jrender *r, const jfunc *f, const jv *args, const char *const *names,

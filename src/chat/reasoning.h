@@ -1,4 +1,4 @@
-/* src/tok/reasoning.h — split generated text into reasoning (<think>…</think>) and answer,
+/* src/chat/reasoning.h — split generated text into reasoning (<think>…</think>) and answer,
  * incrementally, as vLLM's `qwen3` reasoning parser does in streaming mode.
  *
  * Promise: text may be pushed in chunks cut anywhere (inside a tag, inside a UTF-8 sequence);

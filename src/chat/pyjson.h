@@ -1,4 +1,4 @@
-/* src/tok/pyjson.h — Python's spelling of JSON and of numbers.
+/* src/chat/pyjson.h — Python's spelling of JSON and of numbers.
  *
  * Promise: the bytes Python 3 writes for json.dumps(x, ensure_ascii=False) (string escaping,
  * float spelling, the ", " / ": " separators) and for repr(float), so that the chat template's

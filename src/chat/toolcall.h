@@ -1,4 +1,4 @@
-/* src/tok/toolcall.h — parse the XML-style tool calls Qwen3.6 writes into JSON, incrementally,
+/* src/chat/toolcall.h — parse the XML-style tool calls Qwen3.6 writes into JSON, incrementally,
  * following vLLM's `qwen3_coder` tool parser.
  *
  * The format (described to the model by its chat template):

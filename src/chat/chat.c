@@ -1,5 +1,5 @@
-/* src/tok/chat.c — see chat.h. */
-#include "tok/chat.h"
+/* src/chat/chat.c — see chat.h. */
+#include "chat/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

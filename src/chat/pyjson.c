@@ -1,5 +1,5 @@
-/* src/tok/pyjson.c — see pyjson.h. */
-#include "tok/pyjson.h"
+/* src/chat/pyjson.c — see pyjson.h. */
+#include "chat/pyjson.h"
 
 #include <math.h>
 #include <stdio.h>

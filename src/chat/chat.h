@@ -1,4 +1,4 @@
-/* src/tok/chat.h — render a conversation into the model's prompt with the checkpoint's own
+/* src/chat/chat.h — render a conversation into the model's prompt with the checkpoint's own
  * chat template, the way transformers' apply_chat_template does.
  *
  * Promise: the variables the template sees are those of apply_chat_template(messages,
@@ -16,8 +16,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "chat/jinja.h"
 #include "core/status.h"
-#include "tok/jinja.h"
 
 typedef struct epyq_chat epyq_chat;
 

@@ -1,4 +1,4 @@
-/* src/tok/toolcall_value.c — converting one tool-call parameter value by its schema type, the
+/* src/chat/toolcall_value.c — converting one tool-call parameter value by its schema type, the
  * way vLLM's qwen3_coder parser does with Python's int(), float(), json.loads and
  * ast.literal_eval (a literal subset: numbers, strings, True/False/None, lists, tuples, dicts). */
 #include <ctype.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/pyjson.h"
-#include "tok/toolcall.h"
+#include "chat/pyjson.h"
+#include "chat/toolcall.h"
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 

@@ -1,12 +1,12 @@
-/* src/tok/toolcall.c — the incremental <tool_call> parser (see toolcall.h).
+/* src/chat/toolcall.c — the incremental <tool_call> parser (see toolcall.h).
  * Before the first tag, `buf` holds only a possible partial tag; after it, `buf` holds the
  * raw text from the first tag on (kept whole until a call succeeds, for the fallback). */
-#include "tok/toolcall.h"
+#include "chat/toolcall.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/reasoning.h"
+#include "chat/reasoning.h"
 
 static const char TOOL_CALL[] = "<tool_call>";
 static const char TOOL_CALL_END[] = "</tool_call>";

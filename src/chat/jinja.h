@@ -1,4 +1,4 @@
-/* src/tok/jinja.h — a small Jinja interpreter for Hugging Face chat templates.
+/* src/chat/jinja.h — a small Jinja interpreter for Hugging Face chat templates.
  *
  * Promise: renders the subset of Jinja that chat templates use (the whole of the Qwen3.6
  * template: if/elif/else, for with loop.* and loop filters, set incl. namespace attributes and

@@ -1,4 +1,4 @@
-/* src/tok/jinja_value.c — template values with Python's semantics: containers, conversion
+/* src/chat/jinja_value.c — template values with Python's semantics: containers, conversion
  * from cJSON, truth, equality, ordering, str()/repr() and transformers' tojson. */
 #include <math.h>
 #include <stdarg.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_int.h"
-#include "tok/pyjson.h"
+#include "chat/jinja_int.h"
+#include "chat/pyjson.h"
 
 bool epyq_jj_fail(jrender *r, const char *fmt, ...) {
     if (r->err && r->err->code != EPYQ_OK) return false; /* keep the first (innermost) error */

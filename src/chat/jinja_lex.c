@@ -1,4 +1,4 @@
-/* src/tok/jinja_lex.c — template source -> tokens, with jinja2's whitespace control.
+/* src/chat/jinja_lex.c — template source -> tokens, with jinja2's whitespace control.
  *
  * transformers compiles chat templates with trim_blocks=True and lstrip_blocks=True, so:
  * a block or comment tag that ends with "%}"/"#}" eats one newline right after it; spaces
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 typedef struct {
     jj_arena *ar;

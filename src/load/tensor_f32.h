@@ -1,4 +1,4 @@
-/* src/model/tensor_f32.h — widening small 16/32-bit tensors (norm weights, gates, conv
+/* src/load/tensor_f32.h — widening small 16/32-bit tensors (norm weights, gates, conv
  * kernels, embedding rows) to fp32.
  *
  * Promise: reads elements [first, first + n) of a BF16, F16 or F32 tensor exactly (widening

@@ -1,9 +1,9 @@
-/* src/tok/jinja_str.c — UTF-8 helpers with Python's view of strings (code point indexing,
+/* src/chat/jinja_str.c — UTF-8 helpers with Python's view of strings (code point indexing,
  * str.isspace, strip). Bytes that are not valid UTF-8 count as one character each, so a
  * hostile string can never make an index run past its end. */
 #include <string.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 uint32_t epyq_jj_utf8_next(const char *s, size_t n, size_t *i) {
     const unsigned char *u = (const unsigned char *)s;

@@ -1,10 +1,10 @@
-/* src/tok/jinja_arena.c — bump allocator with a byte cap for templates and renders.
+/* src/chat/jinja_arena.c — bump allocator with a byte cap for templates and renders.
  * Freed all at once: a render makes many small short-lived values and a template's AST
  * lives as long as the template, so per-object frees would only add bookkeeping. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 struct jj_chunk {
     jj_chunk *next;

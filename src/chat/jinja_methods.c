@@ -1,4 +1,4 @@
-/* src/tok/jinja_methods.c — Python methods of str/dict/list values, loop.cycle, and the
+/* src/chat/jinja_methods.c — Python methods of str/dict/list values, loop.cycle, and the
  * template globals transformers provides (raise_exception, namespace, range, dict,
  * strftime_now). Methods that would modify a value are refused like jinja2's
  * ImmutableSandboxedEnvironment refuses them. */
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tok/jinja_int.h"
+#include "chat/jinja_int.h"
 
 typedef enum {
     /* str */
@@ -130,8 +130,6 @@ static jv get_arg(const argv_t *a, size_t pos, const char *kw, jv dflt) {
     return dflt;
 }
 
-static jv make_list(jlist *l) { return (jv){.t = JV_LIST, .u.l = l}; }
-
 static bool push_str(jrender *r, jlist *l, const char *p, size_t n) {
     if (!epyq_jj_list_push(&r->ar, l, jv_str(p, n))) return epyq_jj_nomem(r);
     return true;
@@ -203,7 +201,7 @@ static bool split(jrender *r, jv s, jv sep, int64_t maxsplit, bool from_right, j
             if (!push_str(r, l, first, (size_t)(last_end - first))) return false;
             for (size_t k = keep; k < cnt; k++)
                 if (!epyq_jj_list_push(&r->ar, l, all.u.l->v[k])) return epyq_jj_nomem(r);
-            *out = make_list(l);
+            *out = jv_list(l, false);
             return true;
         }
         for (;;) {
@@ -228,7 +226,7 @@ static bool split(jrender *r, jv s, jv sep, int64_t maxsplit, bool from_right, j
             if (maxsplit > 0) maxsplit--;
         }
     }
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
@@ -332,7 +330,7 @@ static bool splitlines(jrender *r, jv s, bool keepends, jv *out) {
         start = i = j;
     }
     if (start < n && !push_str(r, l, p + start, n - start)) return false;
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
@@ -353,7 +351,7 @@ static bool dict_view(jrender *r, jv self, int id, jv *out) {
         }
     }
     l->n = d->n;
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
@@ -395,7 +393,7 @@ static bool do_range(jrender *r, const argv_t *a, jv *out) {
         l->v[l->n++] = jv_int(x);
         if (l->n >= l->cap) break;
     }
-    *out = make_list(l);
+    *out = jv_list(l, false);
     return true;
 }
 
