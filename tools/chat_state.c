@@ -28,7 +28,8 @@ epyq_status chat_render(const repl *r, const cJSON *msgs, bool gen_prompt, char 
     cJSON_Delete(kw);
     if (st == EPYQ_OK) st = epyq_tok_encode(r->tok, text, len, ids, n_ids, err);
     if (prompt && st == EPYQ_OK) *prompt = text;
-    else free(text);
+    else
+        free(text);
     return st;
 }
 
@@ -58,8 +59,8 @@ static size_t reach(repl *r, const int32_t *ids, size_t n, size_t max_len) {
     epyq_gen *g = &r->gen;
     size_t live = 0, from;
     if (r->n_held > 0 && !g->spec_k && (size_t)r->n_held <= max_len &&
-        epyq_seq_pos(g->seq) == r->n_held && common(r->held, (size_t)r->n_held, ids, n) ==
-                                                   (size_t)r->n_held)
+        epyq_seq_pos(g->seq) == r->n_held &&
+        common(r->held, (size_t)r->n_held, ids, n) == (size_t)r->n_held)
         live = (size_t)r->n_held;
     from = live;
     double t0 = epyq_now();
@@ -176,7 +177,8 @@ epyq_status chat_session_save(repl *r, const char *path, epyq_err *err) {
             g->marks[0] = (int32_t)n, g->n_marks = 1;
             st = epyq_gen_generate_from(g, ids, n, from, 0, NULL, NULL, NULL, NULL, &gs, err);
             if (st == EPYQ_OK) memcpy(r->held, ids, n * sizeof *ids), r->n_held = (int32_t)n;
-            else epyq_seq_reset(g->seq), r->n_held = 0;
+            else
+                epyq_seq_reset(g->seq), r->n_held = 0;
         }
     }
     uint64_t len = st == EPYQ_OK ? epyq_seq_snapshot_size(g->seq, r->n_held) : 0;
@@ -213,15 +215,15 @@ epyq_status chat_session_load(repl *r, const char *path, epyq_err *err) {
     for (int32_t i = 0; st == EPYQ_OK && i < s.n_ids; i++)
         if (s.ids[i] < 0 || s.ids[i] >= V)
             st = epyq_err_set(err, EPYQ_E_FORMAT,
-                              "%s: tokens: expected ids below %d, found %d at position %d", path,
-                              V, s.ids[i], i);
-    if (st == EPYQ_OK && (s.n_ids >= want.n_ctx ||
-                          s.snap_len != epyq_seq_snapshot_size(seq, s.n_ids) ||
-                          epyq_seq_snapshot_pos(s.snap) != s.n_ids))
+                              "%s: tokens: expected ids below %d, found %d at position %d", path, V,
+                              s.ids[i], i);
+    if (st == EPYQ_OK &&
+        (s.n_ids >= want.n_ctx || s.snap_len != epyq_seq_snapshot_size(seq, s.n_ids) ||
+         epyq_seq_snapshot_pos(s.snap) != s.n_ids))
         st = epyq_err_set(err, EPYQ_E_FORMAT,
                           "%s: state: expected a %llu-byte copy at position %d, found %llu bytes",
-                          path, (unsigned long long)epyq_seq_snapshot_size(seq, s.n_ids),
-                          s.n_ids, (unsigned long long)s.snap_len);
+                          path, (unsigned long long)epyq_seq_snapshot_size(seq, s.n_ids), s.n_ids,
+                          (unsigned long long)s.snap_len);
     epyq_err e2 = {0};
     if (st == EPYQ_OK && epyq_seq_restore_detached(seq, s.snap, s.snap_len, &e2) != EPYQ_OK)
         st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s", path, e2.msg);

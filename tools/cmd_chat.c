@@ -103,8 +103,20 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_NOTHINK = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_SYN, O_SYS,
-           O_CACHE_MB, O_CACHE_EVERY, O_SESSION };
+    enum {
+        O_NOTHINK = 256,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_PRES,
+        O_SYN,
+        O_SYS,
+        O_CACHE_MB,
+        O_CACHE_EVERY,
+        O_SESSION
+    };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
                                        {"system", required_argument, 0, O_SYS},
@@ -154,9 +166,11 @@ static int parse(int argc, char **argv, opts *o) {
         case O_SYS: o->system = optarg; break;
         case O_NOTHINK: o->no_think = true; break;
         case O_SESSION: o->session = optarg; break;
-        case O_CACHE_MB: case O_CACHE_EVERY: {
+        case O_CACHE_MB:
+        case O_CACHE_EVERY: {
             long v;
-            if (epyq_tool_opt_long("epyq chat", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v)) return 2;
+            if (epyq_tool_opt_long("epyq chat", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v))
+                return 2;
             *(c == O_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
             break;
         }
@@ -319,15 +333,19 @@ static epyq_status answer(repl *r, epyq_err *err) {
     if (st == EPYQ_OK) {
         const epyq_gen_stats *s = &r->last;
         if (s->finish == EPYQ_FINISH_CANCEL) fprintf(stderr, "[ stopped; the partial answer is kept ]\n");
-        fprintf(stderr, "[ prompt %d computed + %d cached, first token %.2f s, %.2f t/s | generation %.2f t/s ]\n",
-                s->n_prompt, r->last_cached, r->last_ttft, s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0,
-                s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
+        fprintf(
+            stderr,
+            "[ prompt %d computed + %d cached, first token %.2f s, %.2f t/s | generation %.2f t/s ]\n",
+            s->n_prompt, r->last_cached, r->last_ttft,
+            s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0,
+            s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
         /* Warn once an eighth of the context is left: room for about one more exchange. */
         if (pos >= ctx - ctx / 8)
             fprintf(stderr, "[ context %d of %d used: it is nearly full, /clear to start over ]\n", pos, ctx);
         /* the answer stands whatever the save does: a failed save is only reported */
         epyq_err e2 = {0};
-        if (r->session && chat_session_save(r, r->session, &e2) != EPYQ_OK) fprintf(stderr, "epyq: %s\n", e2.msg);
+        if (r->session && chat_session_save(r, r->session, &e2) != EPYQ_OK)
+            fprintf(stderr, "epyq: %s\n", e2.msg);
     }
     free(prompt), free(ids);
     return st;
@@ -463,7 +481,8 @@ static bool command(repl *r, char *line) {
     } else if (!strcmp(line, "/save") && *arg) {
         st = save_conv(r, arg, &err);
         if (st == EPYQ_OK)
-            printf(is_json_name(arg) ? "[ saved %d messages to %s ]\n" : "[ saved %d messages and the state to %s ]\n",
+            printf(is_json_name(arg) ? "[ saved %d messages to %s ]\n"
+                                     : "[ saved %d messages and the state to %s ]\n",
                    cJSON_GetArraySize(r->msgs), arg);
     } else if (!strcmp(line, "/load") && *arg) {
         st = load_conv(r, arg, &err);
@@ -590,13 +609,14 @@ int epyq_cmd_chat(int argc, char **argv) {
         r.kv = o.rt.kv;
         r.session = o.session;
         r.gen.cache_every = o.cache_every;
-        if (st == EPYQ_OK && o.cache_mb > 0) st = epyq_prefix_create(&r.cache, (uint64_t)o.cache_mb << 20, &err);
+        if (st == EPYQ_OK && o.cache_mb > 0)
+            st = epyq_prefix_create(&r.cache, (uint64_t)o.cache_mb << 20, &err);
         r.gen.cache = r.cache;
         if (st == EPYQ_OK && o.session && access(o.session, F_OK) == 0) {
             st = chat_session_load(&r, o.session, &err);
             if (st == EPYQ_OK && r.tty_in)
-                fprintf(stderr, "[ session %s: %d messages, %d tokens of state restored ]\n", o.session,
-                        cJSON_GetArraySize(r.msgs), r.n_held);
+                fprintf(stderr, "[ session %s: %d messages, %d tokens of state restored ]\n",
+                        o.session, cJSON_GetArraySize(r.msgs), r.n_held);
         }
     }
     if (st == EPYQ_OK) {

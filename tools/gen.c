@@ -207,8 +207,7 @@ epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all
             (void)epyq_prefix_insert(g->cache, all, from + i + n, g->seq, &e2);
         }
         if (show) {
-            double dt = epyq_now() - t0, done = (double)(i + n),
-                   rate = dt > 0 ? done / dt : 0;
+            double dt = epyq_now() - t0, done = (double)(i + n), rate = dt > 0 ? done / dt : 0;
             fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left", i + n,
                     n_ids, rate, rate > 0 ? ((double)n_ids - done) / rate : 0.0);
         }

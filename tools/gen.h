@@ -78,7 +78,6 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
 epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *ids, size_t n_ids, size_t from,
                                    int32_t max_new, volatile sig_atomic_t *cancel,
                                    void (*on_text)(void *ctx, const char *text, size_t len),
-                                   void *ctx, int32_t *gen_ids, epyq_gen_stats *st,
-                                   epyq_err *err);
+                                   void *ctx, int32_t *gen_ids, epyq_gen_stats *st, epyq_err *err);
 
 #endif
