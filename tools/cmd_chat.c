@@ -205,7 +205,6 @@ static int parse(int argc, char **argv, opts *o) {
     return -1;
 }
 
-
 /* Model text to the terminal: C0/C1 control characters other than newline and tab are shown
  * as '?', so generated escape sequences cannot retitle, recolour or confuse the terminal
  * (random synthetic weights emit plenty of them). Pipes get the bytes unchanged. */
