@@ -8,6 +8,7 @@
 #     token; after /clear the system prompt is restored; with --cache-mb 0 all is recomputed;
 #   - --session FILE: a second run continues the first one's conversation with the answers of
 #     one uninterrupted run, computing only the new message;
+#   - at a 1 MB budget copies are evicted, the answers are the same and the cache stays within;
 #   - truncated, corrupt and foreign session files are refused in one line naming the file and
 #     the field, and a refused /load keeps the conversation.
 # The expected token counts come from `epyq template --ids` (the template and tokenizer alone),
@@ -61,6 +62,15 @@ for think in true false; do
         fail "think $think: after /clear cached '$(cached "$T/e1" 4)', expected $sysk"
     cp "$T/c.json" "$T/c_$think.json"
 done
+
+# at the budget: a cache of 1 MB holds four copies of these prompts (~0.23 MB each), so the
+# second turn evicts one; the answers stay those of the cache off, the cache within its budget
+printf 'Hello\nMore please\n/save %s/b.json\n/stats\n' "$T" | chat --cache-mb 1 >"$T/ob" 2>"$T/eb" || fail "chat --cache-mb 1"
+[ "$(jq -c '.messages' "$T/b.json")" = "$(jq -c '.messages' "$T/c_true.json")" ] && ok "--cache-mb 1: the same answers" ||
+    fail "--cache-mb 1: other answers"
+sed -n 's/^cache *[0-9]* copies, \([0-9.]*\) of \([0-9]*\) MiB.*/\1 \2/p' "$T/ob" | awk '{ exit !($1 <= $2 && $2 == 1) }' &&
+    grep -q '^cache .* [1-9][0-9]* evicted$' "$T/ob" &&
+    ok "--cache-mb 1: evicted, within the budget" || fail "--cache-mb 1: $(grep '^cache' "$T/ob")"
 
 # --session: run 1 answers, run 2 continues from the file; together they give the answers of
 # one run (c_true.json), and run 2 computes only the new message.
