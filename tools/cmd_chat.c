@@ -2,8 +2,11 @@
  *
  * Each turn renders the whole message history with the template. The sequence keeps what it
  * was fed (prompt + generated tokens minus the last sampled one); when the new prompt's ids
- * extend those, only the suffix is fed, otherwise the sequence starts over (the Qwen template
- * drops earlier turns' reasoning, so a thinking turn usually forces a full re-feed).
+ * extend those, only the suffix is fed. The Qwen template drops earlier turns' reasoning, so
+ * the new prompt usually parts from the old sequence where the last answer began: it then
+ * starts from the longest copy of the state taken at a checkpoint of an earlier prompt
+ * (tools/chat_state.c; --cache-mb, --cache-every as in batch and serve). --session FILE and
+ * /save, /load carry the conversation and its state across runs (src/engine/session.h).
  *
  * Ctrl-C during an answer stops it at the next token; the partial answer is KEPT in the
  * history as the assistant's message (what the user saw is what the model will see next).
@@ -24,8 +27,9 @@
 #include "chat/chat.h"
 #include "chat/reasoning.h"
 #include "core/util.h"
+#include "engine/session.h"
+#include "tools/chat_repl.h"
 #include "tools/cmd.h"
-#include "tools/gen.h"
 #include "tools/tool_model.h"
 
 #define DIM_ON "\033[2;3m"
@@ -61,6 +65,11 @@ static void usage(FILE *f) {
         "  -s, --seed N           sampling seed (default 0)\n"
         "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
         "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
+        "  --cache-mb N           prompt state copies kept across turns, MB (default 1024, 0 = off)\n"
+        "  --cache-every N        copy the prompt state every N tokens (default 256), at the end\n"
+        "                         of the system prompt and of the history before each answer\n"
+        "  --session FILE         continue the session in FILE when it exists (conversation and\n"
+        "                         state, no prompt recomputed); save it there after each answer\n"
         "%s%s"
         "  -h, --help             this text\n"
         "\n"
@@ -76,14 +85,16 @@ static const char help_text[] =
     "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
     "  /think on|off    let the model reason before answering\n"
     "  /read FILE       put FILE's text before your next message\n"
-    "  /save FILE       write the conversation as JSON\n"
-    "  /load FILE       replace the conversation with a saved one\n"
-    "  /stats           context use, speeds, memory\n"
+    "  /save FILE       write the conversation and its state (FILE.json: the conversation\n"
+    "                   only, as JSON)\n"
+    "  /load FILE       replace the conversation (and state) with a saved one\n"
+    "  /stats           context use, cached/computed prompt tokens, first-token time, memory\n"
     "  /exit            quit (also Ctrl-D)\n";
 
 typedef struct {
-    const char *dir, *synthetic, *system;
+    const char *dir, *synthetic, *system, *session;
     int n_predict, ctx, threads;
+    int cache_mb, cache_every; /* prefix reuse across turns (tools/chat_state.c) */
     bool no_think;
     double temp, top_p, min_p, rep, pres; /* < 0 = keep generation_config's */
     long top_k;
@@ -94,7 +105,20 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_NOTHINK = 256, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_SYN, O_SYS };
+    enum {
+        O_NOTHINK = 256,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_PRES,
+        O_SYN,
+        O_SYS,
+        O_CACHE_MB,
+        O_CACHE_EVERY,
+        O_SESSION
+    };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
                                        {"system", required_argument, 0, O_SYS},
@@ -110,6 +134,9 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"min-p", required_argument, 0, O_MINP},
                                        {"repeat-penalty", required_argument, 0, O_REP},
                                        {"presence-penalty", required_argument, 0, O_PRES},
+                                       {"cache-mb", required_argument, 0, O_CACHE_MB},
+                                       {"cache-every", required_argument, 0, O_CACHE_EVERY},
+                                       {"session", required_argument, 0, O_SESSION},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_SPEC_LONGOPTS,
                                        EPYQ_TOOL_RT_LONGOPTS,
@@ -119,6 +146,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->ctx = 8192;
     o->temp = o->top_p = o->min_p = o->rep = o->pres = -1;
     o->top_k = -1;
+    o->cache_mb = 1024, o->cache_every = 256;
     int c;
     char *end;
     optind = 1;
@@ -139,6 +167,15 @@ static int parse(int argc, char **argv, opts *o) {
         case O_SYN: o->synthetic = optarg; break;
         case O_SYS: o->system = optarg; break;
         case O_NOTHINK: o->no_think = true; break;
+        case O_SESSION: o->session = optarg; break;
+        case O_CACHE_MB:
+        case O_CACHE_EVERY: {
+            long v;
+            if (epyq_tool_opt_long("epyq chat", optarg, c == O_CACHE_MB ? 0 : 1, 1 << 24, &v))
+                return 2;
+            *(c == O_CACHE_MB ? &o->cache_mb : &o->cache_every) = (int)v;
+            break;
+        }
         case 'n': case 'c': case 't': case O_TOPK: {
             long v;
             if (epyq_tool_opt_long("epyq chat", optarg, 0, 1 << 28, &v)) return 2;
@@ -169,26 +206,6 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->n_predict < 1 || o->ctx < 16) return fprintf(stderr, "epyq chat: -n must be >= 1 and -c >= 16\n"), 2;
     return -1;
 }
-
-/* The REPL's state: the conversation as template messages and what the sequence holds. */
-typedef struct {
-    epyq_chat *tmpl;
-    const epyq_tok *tok;
-    epyq_gen gen;
-    cJSON *msgs;       /* [{role, content[, reasoning_content]}], system first when set */
-    bool think, tty_in, tty_out;
-    int n_predict;
-    int32_t *held;     /* [ctx] ids the sequence was fed, in order */
-    int32_t n_held;
-    int32_t *gen_ids;  /* [n_predict] */
-    char *pending;     /* /read text for the next user message, or NULL */
-    epyq_gen_stats last;
-    uint64_t seed, n_answers; /* -s and the answers started so far */
-    /* streaming state of the current answer */
-    epyq_reasoning *rp;
-    epyq_sbuf reasoning, content;
-    bool in_think_shown;
-} repl;
 
 /* Model text to the terminal: C0/C1 control characters other than newline and tab are shown
  * as '?', so generated escape sequences cannot retitle, recolour or confuse the terminal
@@ -252,25 +269,14 @@ static void add_msg(cJSON *msgs, const char *role, const char *content, const ch
     cJSON_AddItemToArray(msgs, m);
 }
 
-/* Prompt ids of the whole history with the generation prompt. */
-static epyq_status render_ids(repl *r, char **prompt, int32_t **ids, size_t *n_ids, epyq_err *err) {
-    cJSON *kw = cJSON_CreateObject();
-    cJSON_AddBoolToObject(kw, "add_generation_prompt", 1);
-    cJSON_AddBoolToObject(kw, "enable_thinking", r->think);
-    size_t len;
-    epyq_status st = epyq_chat_render(r->tmpl, r->msgs, kw, prompt, &len, err);
-    cJSON_Delete(kw);
-    if (st == EPYQ_OK) st = epyq_tok_encode(r->tok, *prompt, len, ids, n_ids, err);
-    return st;
-}
-
 /* One answer to the history as it stands (its last message is the user's). On success the
  * answer is appended as an assistant message. */
 static epyq_status answer(repl *r, epyq_err *err) {
     char *prompt = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    epyq_status st = render_ids(r, &prompt, &ids, &n_ids, err);
+    double t0 = epyq_now();
+    epyq_status st = chat_render(r, r->msgs, true, &prompt, &ids, &n_ids, err);
     int32_t ctx = epyq_seq_ctx(r->gen.seq);
     if (st == EPYQ_OK && (int64_t)n_ids >= ctx)
         st = epyq_err_set(err, EPYQ_E_CTX_FULL,
@@ -279,17 +285,9 @@ static epyq_status answer(repl *r, epyq_err *err) {
         free(prompt), free(ids);
         return st;
     }
-    /* Reuse what the sequence holds when the new prompt extends it (not after speculative
-     * decoding: its sequence also holds verified tokens past where the answer stopped). */
-    size_t from = 0;
-    if (r->n_held > 0 && !r->gen.spec_k && (size_t)r->n_held < n_ids &&
-        !memcmp(r->held, ids, (size_t)r->n_held * sizeof *ids) &&
-        epyq_seq_pos(r->gen.seq) == r->n_held)
-        from = (size_t)r->n_held;
-    else {
-        epyq_seq_reset(r->gen.seq);
-        r->n_held = 0;
-    }
+    /* Reuse what the sequence holds or a cached copy (not after speculative decoding: its
+     * sequence also holds verified tokens past where the answer stopped). */
+    size_t from = chat_prepare(r, ids, n_ids);
     int32_t room = ctx - (int32_t)n_ids;
     int32_t max_new = r->n_predict < room ? r->n_predict : room;
 
@@ -304,9 +302,13 @@ static epyq_status answer(repl *r, epyq_err *err) {
     g_cancel = 0;
     g_generating = 1;
     int32_t pos0 = (int32_t)from;
+    double t_prep = epyq_now() - t0; /* render, tokenize, restore */
     if (st == EPYQ_OK)
-        st = epyq_gen_generate(&r->gen, ids + from, n_ids - from, max_new, &g_cancel, on_text, r,
-                               r->gen_ids, &r->last, err);
+        st = epyq_gen_generate_from(&r->gen, ids, n_ids, from, max_new, &g_cancel, on_text, r,
+                                    r->gen_ids, &r->last, err);
+    r->last_cached = (int32_t)from;
+    r->last_ttft = t_prep + r->last.t_first;
+    if (st == EPYQ_OK) r->total_cached += from, r->total_computed += n_ids - from;
     g_generating = 0;
     if (st == EPYQ_OK) {
         epyq_reasoning_finish(r->rp, &r->reasoning, &r->content, err);
@@ -332,11 +334,19 @@ static epyq_status answer(repl *r, epyq_err *err) {
     if (st == EPYQ_OK) {
         const epyq_gen_stats *s = &r->last;
         if (s->finish == EPYQ_FINISH_CANCEL) fprintf(stderr, "[ stopped; the partial answer is kept ]\n");
-        fprintf(stderr, "[ prompt %.2f t/s | generation %.2f t/s ]\n",
-                s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
+        fprintf(
+            stderr,
+            "[ prompt %d computed + %d cached, first token %.2f s, %.2f t/s | generation %.2f t/s ]\n",
+            s->n_prompt, r->last_cached, r->last_ttft,
+            s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0,
+            s->t_gen > 0 ? s->n_gen / s->t_gen : 0.0);
         /* Warn once an eighth of the context is left: room for about one more exchange. */
         if (pos >= ctx - ctx / 8)
             fprintf(stderr, "[ context %d of %d used: it is nearly full, /clear to start over ]\n", pos, ctx);
+        /* the answer stands whatever the save does: a failed save is only reported */
+        epyq_err e2 = {0};
+        if (r->session && chat_session_save(r, r->session, &e2) != EPYQ_OK)
+            fprintf(stderr, "epyq: %s\n", e2.msg);
     }
     free(prompt), free(ids);
     return st;
@@ -364,47 +374,35 @@ static void set_system(repl *r, const char *text) {
     cJSON_InsertItemInArray(r->msgs, 0, m);
 }
 
-static epyq_status save_conv(const repl *r, const char *path, epyq_err *err) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "messages", cJSON_Duplicate(r->msgs, 1));
-    cJSON_AddBoolToObject(o, "enable_thinking", r->think);
-    char *s = cJSON_Print(o);
-    cJSON_Delete(o);
+/* FILE.json: the conversation only (portable, the state is recomputed); otherwise a session. */
+static bool is_json_name(const char *path) {
+    size_t n = strlen(path);
+    return n >= 5 && !strcmp(path + n - 5, ".json");
+}
+
+static epyq_status save_conv(repl *r, const char *path, epyq_err *err) {
+    if (!is_json_name(path)) return chat_session_save(r, path, err);
+    char *s = chat_conv_json(r);
     if (!s) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    FILE *f = fopen(path, "w");
-    epyq_status st = EPYQ_OK;
-    if (!f || fputs(s, f) < 0 || fputc('\n', f) < 0) st = epyq_err_set(err, EPYQ_E_IO, "%s: %s", path, strerror(errno));
-    if (f && fclose(f) && st == EPYQ_OK) st = epyq_err_set(err, EPYQ_E_IO, "%s: %s", path, strerror(errno));
+    size_t n = strlen(s);
+    s[n] = '\n'; /* cJSON_Print's NUL becomes the last line's end */
+    epyq_status st = epyq_file_write_atomic(path, s, n + 1, err);
     free(s);
     return st;
 }
 
-/* A saved conversation: {"messages": [{role, content}, …]} (or the bare array). */
+/* A session file (by its magic) or a JSON conversation. */
 static epyq_status load_conv(repl *r, const char *path, epyq_err *err) {
+    if (epyq_session_sniff(path)) return chat_session_load(r, path, err);
     char *text = NULL;
     size_t len = 0;
     epyq_status st = epyq_file_read(path, (size_t)64 << 20, &text, &len, err);
-    if (st != EPYQ_OK) return st;
-    cJSON *o = cJSON_ParseWithLength(text, len);
+    cJSON *msgs = NULL;
+    if (st == EPYQ_OK) st = chat_conv_parse(path, text, len, &msgs, &r->think, err);
     free(text);
-    cJSON *msgs = cJSON_IsArray(o) ? o : cJSON_GetObjectItemCaseSensitive(o, "messages");
-    const cJSON *m;
-    bool ok = cJSON_IsArray(msgs);
-    cJSON *each = ok ? msgs : NULL;
-    cJSON_ArrayForEach(m, each) {
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m, "role")) || !cJSON_IsString(c))
-            ok = false;
-    }
-    if (!ok) {
-        cJSON_Delete(o);
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: expected {\"messages\": [{\"role\": …, \"content\": \"…\"}, …]}", path);
-    }
-    const cJSON *th = cJSON_GetObjectItemCaseSensitive(o, "enable_thinking");
-    if (cJSON_IsBool(th)) r->think = cJSON_IsTrue(th);
+    if (st != EPYQ_OK) return st;
     cJSON_Delete(r->msgs);
-    r->msgs = cJSON_Duplicate(msgs, 1);
-    cJSON_Delete(o);
+    r->msgs = msgs;
     return EPYQ_OK;
 }
 
@@ -423,6 +421,17 @@ static void print_stats(const repl *r) {
         for (int i = 0; i < r->gen.spec_k && i < 8; i++)
             printf(" %.2f", (double)s->spec_accepted[i] / (double)s->spec_steps);
         printf("\n");
+    }
+    printf("prompt      last %d computed + %d cached tokens (restore %.3f s), first token %.3f s; "
+           "all turns %llu computed + %llu cached\n",
+           s->n_prompt, r->last_cached, r->last_restore_s, r->last_ttft,
+           (unsigned long long)r->total_computed, (unsigned long long)r->total_cached);
+    if (r->cache) {
+        epyq_prefix_stats ps;
+        epyq_prefix_get_stats(r->cache, &ps);
+        printf("cache       %llu copies, %.1f of %.0f MiB, %llu restored, %llu evicted\n",
+               (unsigned long long)ps.entries, ps.bytes / 1048576.0, ps.budget / 1048576.0,
+               (unsigned long long)ps.hits, (unsigned long long)ps.evicted);
     }
     printf("memory      sequence %.1f MiB, weights streamed per token %.1f MiB, %d threads\n",
            epyq_seq_bytes(r->gen.seq) / 1048576.0, epyq_model_active_bytes(r->gen.model) / 1048576.0,
@@ -472,7 +481,10 @@ static bool command(repl *r, char *line) {
         free(text);
     } else if (!strcmp(line, "/save") && *arg) {
         st = save_conv(r, arg, &err);
-        if (st == EPYQ_OK) printf("[ saved %d messages to %s ]\n", cJSON_GetArraySize(r->msgs), arg);
+        if (st == EPYQ_OK)
+            printf(is_json_name(arg) ? "[ saved %d messages to %s ]\n"
+                                     : "[ saved %d messages and the state to %s ]\n",
+                   cJSON_GetArraySize(r->msgs), arg);
     } else if (!strcmp(line, "/load") && *arg) {
         st = load_conv(r, arg, &err);
         if (st == EPYQ_OK) printf("[ loaded %d messages ]\n", cJSON_GetArraySize(r->msgs));
@@ -594,6 +606,19 @@ int epyq_cmd_chat(int argc, char **argv) {
             st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)",
                               dir);
         r.gen.spec_k = o.spec.on ? o.spec.draft : 0;
+        r.model_id = epyq_model_identity(m);
+        r.kv = o.rt.kv;
+        r.session = o.session;
+        r.gen.cache_every = o.cache_every;
+        if (st == EPYQ_OK && o.cache_mb > 0)
+            st = epyq_prefix_create(&r.cache, (uint64_t)o.cache_mb << 20, &err);
+        r.gen.cache = r.cache;
+        if (st == EPYQ_OK && o.session && access(o.session, F_OK) == 0) {
+            st = chat_session_load(&r, o.session, &err);
+            if (st == EPYQ_OK && r.tty_in)
+                fprintf(stderr, "[ session %s: %d messages, %d tokens of state restored ]\n",
+                        o.session, cJSON_GetArraySize(r.msgs), r.n_held);
+        }
     }
     if (st == EPYQ_OK) {
         if (o.system) set_system(&r, o.system);
@@ -613,6 +638,7 @@ int epyq_cmd_chat(int argc, char **argv) {
         rc = 1;
     }
     epyq_gen_free(&r.gen);
+    epyq_prefix_free(r.cache);
     epyq_model_free(m);
     epyq_chat_free(r.tmpl);
     epyq_tok_free(tok);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/util.h"
+#include "engine/prefix.h"
 
 const char *epyq_finish_name(epyq_finish f) {
     switch (f) {
@@ -104,6 +105,7 @@ static epyq_status gen_spec(epyq_gen *g, const int32_t *ids, size_t n_ids, int32
     double t0 = epyq_now();
     if (st == EPYQ_OK) st = epyq_spec_prefill(sp, ids, (int32_t)n_ids, spec_pick, &pc, &first, err);
     stats->t_prompt = epyq_now() - t0;
+    stats->t_first = stats->t_prompt;
     t0 = epyq_now();
     int32_t k = 0;
     bool go = st == EPYQ_OK && max_new > 0 && emit(g, ts, first, k++, gen_ids, stats, on_text, ctx, &st, err);
@@ -137,23 +139,53 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
                               volatile sig_atomic_t *cancel,
                               void (*on_text)(void *ctx, const char *text, size_t len), void *ctx,
                               int32_t *gen_ids, epyq_gen_stats *stats, epyq_err *err) {
+    return epyq_gen_generate_from(g, ids, n_ids, 0, max_new, cancel, on_text, ctx, gen_ids, stats,
+                                  err);
+}
+
+/* Next position at or after which the prefill stops to copy the state: a multiple of
+ * cache_every or a mark, whichever comes first after `at` (n when none comes before it). */
+static size_t next_checkpoint(const epyq_gen *g, size_t at, size_t n) {
+    size_t every = (size_t)g->cache_every, next = (at / every + 1) * every;
+    for (int32_t i = 0; i < g->n_marks; i++)
+        if ((size_t)g->marks[i] > at && (size_t)g->marks[i] < next) next = (size_t)g->marks[i];
+    return next < n ? next : n;
+}
+
+static bool is_checkpoint(const epyq_gen *g, size_t p) {
+    for (int32_t i = 0; i < g->n_marks; i++)
+        if ((size_t)g->marks[i] == p) return true;
+    return p % (size_t)g->cache_every == 0;
+}
+
+epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all, size_t from,
+                                   int32_t max_new, volatile sig_atomic_t *cancel,
+                                   void (*on_text)(void *ctx, const char *text, size_t len),
+                                   void *ctx, int32_t *gen_ids, epyq_gen_stats *stats,
+                                   epyq_err *err) {
     const epyq_config *cfg = epyq_model_config(g->model);
     int32_t V = cfg->vocab_size;
+    double t_call = epyq_now();
     memset(stats, 0, sizeof *stats);
-    if (n_ids == 0) return epyq_err_set(err, EPYQ_E_ARG, "empty prompt");
+    if (from >= n_all) return epyq_err_set(err, EPYQ_E_ARG, "empty prompt");
+    const int32_t *ids = all + from;
+    size_t n_ids = n_all - from;
     int32_t pos = epyq_seq_pos(g->seq), ctx_len = epyq_seq_ctx(g->seq);
     if ((int64_t)pos + (int64_t)n_ids > ctx_len)
         return epyq_err_set(err, EPYQ_E_CTX_FULL,
                             "prompt of %zu tokens does not fit: %d of %d context positions are used",
                             n_ids, pos, ctx_len);
+    /* copies are keyed by the ids from position 0, so only a sequence standing at `from` */
+    bool checkpoints = g->cache && g->cache_every > 0 && !g->spec_k && (size_t)pos == from;
     float *logits = malloc((size_t)V * sizeof(float));
     epyq_sampler *smp = NULL;
     epyq_tok_stream *ts = epyq_tok_stream_new(g->tok, true);
     epyq_status st = EPYQ_OK;
     if (!logits || !ts) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     if (st == EPYQ_OK) st = epyq_sampler_create(&smp, &g->sp, V, err);
-    for (size_t i = 0; st == EPYQ_OK && i < n_ids; i++) epyq_sampler_accept(smp, ids[i], false);
+    for (size_t i = 0; st == EPYQ_OK && i < n_all; i++) epyq_sampler_accept(smp, all[i], false);
     stats->n_prompt = (int32_t)n_ids;
+    stats->n_cached = (int32_t)from;
     stats->finish = EPYQ_FINISH_LENGTH;
     if (st == EPYQ_OK && g->spec_k > 0) {
         st = gen_spec(g, ids, n_ids, max_new, cancel, smp, ts, on_text, ctx, gen_ids, stats, err);
@@ -163,14 +195,21 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
     double t0 = epyq_now();
     /* a long prompt takes minutes on a CPU: on a terminal, a line with tokens done and time left */
     bool show = n_ids > (size_t)g->chunk && isatty(STDERR_FILENO);
-    for (size_t i = 0; st == EPYQ_OK && i < n_ids; i += (size_t)g->chunk) {
-        int32_t n = (int32_t)(n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk);
-        st = feed(g, ids + i, n, logits, err);
+    for (size_t i = 0, n; st == EPYQ_OK && i < n_ids; i += n) {
+        n = n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk;
+        size_t at = from + i;
+        if (checkpoints && next_checkpoint(g, at, n_all) - at < n)
+            n = next_checkpoint(g, at, n_all) - at;
+        st = feed(g, ids + i, (int32_t)n, logits, err);
+        /* a copy that cannot be made (no memory) only costs later reuse */
+        if (st == EPYQ_OK && checkpoints && is_checkpoint(g, at + n)) {
+            epyq_err e2;
+            (void)epyq_prefix_insert(g->cache, all, from + i + n, g->seq, &e2);
+        }
         if (show) {
-            double dt = epyq_now() - t0, done = (double)(i + (size_t)n),
-                   rate = dt > 0 ? done / dt : 0;
-            fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left",
-                    i + (size_t)n, n_ids, rate, rate > 0 ? ((double)n_ids - done) / rate : 0.0);
+            double dt = epyq_now() - t0, done = (double)(i + n), rate = dt > 0 ? done / dt : 0;
+            fprintf(stderr, "\r\033[Kprompt: %zu / %zu tokens, %.1f t/s, ~%.0f s left", i + n,
+                    n_ids, rate, rate > 0 ? ((double)n_ids - done) / rate : 0.0);
         }
         if (cancel && *cancel) break;
     }
@@ -186,6 +225,7 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
         }
         int32_t tok = epyq_sampler_sample(smp, logits);
         epyq_sampler_accept(smp, tok, true);
+        if (k == 0) stats->t_first = epyq_now() - t_call;
         if (!emit(g, ts, tok, k, gen_ids, stats, on_text, ctx, &st, err)) break;
         if (epyq_seq_pos(g->seq) >= ctx_len) {
             stats->finish = EPYQ_FINISH_CTX;

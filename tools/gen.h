@@ -40,14 +40,23 @@ typedef struct {
     int32_t spec_k;          /* > 0: MTP speculative decoding with spec_k drafts a step (one-shot
                                 generations only: the sequence then also holds verified tokens
                                 past a stop, so it is not continued) */
+    /* Prompt checkpoints (issue 15, `epyq chat`): with cache set, the prefill of
+     * epyq_gen_generate_from cuts its chunks at every multiple of cache_every positions and at
+     * each of marks[0, n_marks), and keeps a copy of the state there in the cache (the
+     * engine's src/engine/prefix.c), keyed by the prompt ids before it. Unused by speculation. */
+    struct epyq_prefix *cache;
+    int32_t cache_every;
+    int32_t marks[4], n_marks;
 } epyq_gen;
 
 typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;
 const char *epyq_finish_name(epyq_finish f); /* "stop", "length", "context", "cancelled" */
 
 typedef struct {
-    int32_t n_prompt, n_gen;
+    int32_t n_prompt, n_gen; /* n_prompt: prompt tokens computed (fed) */
+    int32_t n_cached;        /* prompt tokens already in the sequence (the `from` of _from) */
     double t_prompt, t_gen;  /* seconds */
+    double t_first;          /* seconds from the call to the first sampled token */
     epyq_finish finish;
     int64_t spec_steps, spec_emitted;      /* speculative: verify steps, tokens they emitted */
     int64_t spec_accepted[8];              /* [i] steps whose draft i + 1 was accepted */
@@ -63,5 +72,12 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
                               volatile sig_atomic_t *cancel,
                               void (*on_text)(void *ctx, const char *text, size_t len), void *ctx,
                               int32_t *gen_ids, epyq_gen_stats *st, epyq_err *err);
+/* The same for a sequence that already holds ids[0, from) (restored or kept from an earlier
+ * turn): only ids[from, n_ids) are fed, but the sampler's penalties see the whole prompt, so
+ * the answer is the one a fresh sequence fed all n_ids would give. */
+epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *ids, size_t n_ids, size_t from,
+                                   int32_t max_new, volatile sig_atomic_t *cancel,
+                                   void (*on_text)(void *ctx, const char *text, size_t len),
+                                   void *ctx, int32_t *gen_ids, epyq_gen_stats *st, epyq_err *err);
 
 #endif

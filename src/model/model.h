@@ -156,6 +156,14 @@ int32_t epyq_seq_snapshot_pos(const void *buf);
 /* Refused (nothing changed) for another model or KV type, pos > n_ctx or a wrong length. Any
  * speculative verification in progress ends (spec_n = 0). */
 epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err);
+/* A copy that leaves the process (a chat session file, src/engine/session.c) carries no
+ * pointer to the model it came from: detach clears it, and restore_detached accepts only such
+ * a copy, with every size check of epyq_seq_restore. Whether it belongs to this model is the
+ * file's business: epyq_model_identity is a hash of the configuration, every linear's name,
+ * shape and storage, the first bytes of its data, and the requantisation settings. */
+void epyq_seq_snapshot_detach(void *buf);
+epyq_status epyq_seq_restore_detached(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err);
+uint64_t epyq_model_identity(const epyq_model *m);
 
 /* A batch: token i belongs to seq[i] and sits at that sequence's next position; tokens of one
  * sequence appear in order (others may be interleaved between them). */

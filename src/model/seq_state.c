@@ -75,7 +75,9 @@ int32_t epyq_seq_snapshot_pos(const void *buf) {
     return h.magic == SNAP_MAGIC ? h.pos : -1;
 }
 
-epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err) {
+/* owner: the model pointer the header must carry (NULL for a detached copy from a file). */
+static epyq_status restore(epyq_seq *s, const void *buf, uint64_t len, const void *owner,
+                           epyq_err *err) {
     const epyq_model *m = s->m;
     snap_hdr h;
     if (len < HDR_BYTES)
@@ -85,7 +87,7 @@ epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_er
     memcpy(&h, buf, sizeof h);
     if (h.magic != SNAP_MAGIC)
         return epyq_err_set(err, EPYQ_E_ARG, "state snapshot: bad magic 0x%08x", h.magic);
-    if (h.model != (const void *)m || h.n_kv_layers != s->n_kv_layers || h.kv != (int32_t)s->kv ||
+    if (h.model != owner || h.n_kv_layers != s->n_kv_layers || h.kv != (int32_t)s->kv ||
         h.kv_row != kv_row_bytes(s) || h.conv_f != conv_floats(m) || h.state_f != state_floats(m))
         return epyq_err_set(
             err, EPYQ_E_ARG,
@@ -112,4 +114,81 @@ epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_er
     s->pos = h.pos;
     s->spec_n = 0; /* a speculation in progress belonged to the state just replaced */
     return EPYQ_OK;
+}
+
+epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err) {
+    return restore(s, buf, len, s->m, err);
+}
+
+void epyq_seq_snapshot_detach(void *buf) {
+    snap_hdr h;
+    memcpy(&h, buf, sizeof h);
+    h.model = NULL;
+    memcpy(buf, &h, sizeof h);
+}
+
+epyq_status epyq_seq_restore_detached(epyq_seq *s, const void *buf, uint64_t len, epyq_err *err) {
+    return restore(s, buf, len, NULL, err);
+}
+
+/* FNV-1a, 64-bit, continued from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+typedef struct {
+    uint64_t h;
+} id_ctx;
+
+/* Every linear's name, shape and storage, and the first bytes of its packed or dense data:
+ * shapes alone would take two synthetic checkpoints of one shape (other seeds) for the same
+ * model, whose states mean nothing to each other. 64 bytes of each of the ~30k linears of the
+ * real model touch one page each: milliseconds, once per save or load. */
+static void id_linear(const epyq_linear *l, epyq_module_kind kind, int32_t layer, int32_t expert,
+                      bool mtp, void *ctx) {
+    id_ctx *c = ctx;
+    int32_t v[4] = {(int32_t)kind, layer, expert, mtp};
+    c->h = fnv(c->h, l->module, strlen(l->module));
+    c->h = fnv(c->h, v, sizeof v);
+    c->h = fnv(c->h, &l->n_out, sizeof l->n_out), c->h = fnv(c->h, &l->n_in, sizeof l->n_in);
+    c->h = fnv(c->h, &l->kind, sizeof l->kind);
+    const epyq_tensor *t = l->kind == EPYQ_LIN_Q4 ? l->qweight : l->w;
+    if (t) {
+        c->h = fnv(c->h, &t->dtype, sizeof t->dtype);
+        c->h = fnv(c->h, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+        if (t->data) c->h = fnv(c->h, t->data, t->nbytes < 64 ? t->nbytes : 64);
+    }
+}
+
+uint64_t epyq_model_identity(const epyq_model *m) {
+    const epyq_config *c = m->c;
+    id_ctx x = {1469598103934665603ull};
+    int32_t dims[] = {c->vocab_size,
+                      c->hidden_size,
+                      c->num_hidden_layers,
+                      c->num_attention_heads,
+                      c->num_key_value_heads,
+                      c->head_dim,
+                      c->rotary_dim,
+                      c->conv_kernel,
+                      c->lin_key_head_dim,
+                      c->lin_value_head_dim,
+                      c->lin_num_key_heads,
+                      c->lin_num_value_heads,
+                      c->num_experts,
+                      c->num_experts_per_tok,
+                      c->moe_intermediate_size,
+                      c->shared_expert_intermediate_size,
+                      c->mtp_num_hidden_layers,
+                      (int32_t)c->qformat,
+                      (int32_t)m->rq_lm_head,
+                      (int32_t)m->rq_dense};
+    x.h = fnv(x.h, dims, sizeof dims);
+    x.h = fnv(x.h, c->full_attn, (size_t)c->num_hidden_layers * sizeof c->full_attn[0]);
+    double f[] = {c->rms_norm_eps, c->rope_theta, c->partial_rotary_factor};
+    x.h = fnv(x.h, f, sizeof f);
+    epyq_weights_foreach_linear(m->w, id_linear, &x);
+    return x.h;
 }
