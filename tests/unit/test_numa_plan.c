@@ -249,8 +249,19 @@ START_TEST(test_plan_nps4_full_model) {
         for (int32_t g = 0; g < 8; g++) ck_assert_int_eq(cnt[g], 32);
     }
     uint64_t dense = 0;
-    for (int32_t g = 0; g < 8; g++) dense += p->groups[g].dense_bytes;
+    double dense_tok = 0.0;
+    for (int32_t g = 0; g < 8; g++) {
+        /* rows cut by threads (8 each): one eighth of the dense bytes per node, both columns shown
+         */
+        ck_assert_uint_eq(p->groups[g].dense_bytes, p->groups[g].dense_split);
+        ck_assert_uint_eq(p->groups[g].dense_copy, m.dense_bytes);
+        ck_assert(p->groups[g].dense_split + 1 >= m.dense_bytes / 8 &&
+                  p->groups[g].dense_split <= m.dense_bytes / 8 + 8);
+        dense += p->groups[g].dense_bytes;
+        dense_tok += p->groups[g].dense_traffic;
+    }
     ck_assert_uint_eq(dense, m.dense_bytes);
+    ck_assert_double_eq_tol(dense_tok, (double)m.dense_token_bytes, 1.0);
     check_no_node_over_memory(p);
     ck_assert_msg(strstr(p->notes, "dense weights are 78% of the bytes read per token") &&
                       strstr(p->notes, "replicate-dense"), "%s", p->notes);
