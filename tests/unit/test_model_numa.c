@@ -238,8 +238,9 @@ START_TEST(test_cli_splits) {
     snprintf(errf, sizeof errf, "%s/stderr.txt", model_dir);
     size_t n0 = 0, n = 0;
     char *first = NULL;
-    const char *flags[] = {"--numa-split 1", "--numa-split 2", "--numa-split 4 --numa distribute"};
-    for (int i = 0; i < 3; i++) {
+    const char *flags[] = {"--numa-split 1", "--numa-split 2", "--numa-split 4 --numa distribute",
+                           "--numa-split 2 --numa replicate-dense"};
+    for (int i = 0; i < 4; i++) {
         snprintf(out, sizeof out, "%s/logits%d.f32", model_dir, i);
         ck_assert_int_eq(cli(flags[i], out, errf), 0);
         char *b = slurp(out, &n);
