@@ -248,6 +248,16 @@ void epyq_numa_dense_free(epyq_model *m);
  * (outputs without a split run on group 0); the driver is pool 0's creator. */
 void epyq_numa_dense_run(epyq_model *m, const epyq_rlin_out *outs, int32_t n,
                          const epyq_act *const *acts);
+/* ---- numa_state.c: DeltaNet heads on the nodes that own their states */
+/* Bind each (layer, value head) block of a sequence's states S to its owner's node (no-op
+ * without a NUMA mode, for a plan that binds nothing, or blocks that are not whole pages). */
+epyq_status epyq_numa_state_place(const epyq_model *m, float *S, epyq_err *err);
+/* Run fn over the n_seq x Hv (sequence, head) tasks of a DeltaNet layer, task q * Hv + vh on
+ * the pool of vh's owner, worker numbers unique over all pools (< epyq_numa_workers). false
+ * when not in NUMA mode (or out of memory): the caller runs them on its own pool. */
+bool epyq_numa_run_heads(epyq_model *m, epyq_task_fn fn, void *ctx, int32_t n_seq, int32_t Hv);
+/* Workers a task may be numbered by: the model pool's, or all node pools' when more. */
+int32_t epyq_numa_workers(const epyq_model *m);
 /* y [T][ldy] (columns [0, H)) = the routed experts' sum for each token, in top-k order. */
 epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
                               const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err);

@@ -17,6 +17,15 @@ typedef struct {
     uint64_t local, remote;
 } epyq_numa_reads;
 
+/* One group's share of a DeltaNet layer's (sequence, head) tasks (numa_state.c). */
+typedef struct {
+    epyq_task_fn fn;
+    void *ctx;
+    const int32_t *tasks; /* [n] task ids of the single-pool numbering */
+    int32_t n;
+    int32_t worker0; /* this group's first worker in a numbering unique over all pools */
+} epyq_numa_head_job;
+
 struct epyq_model_numa {
     epyq_numa_setup *setup;
     epyq_moe_dispatch *disp;
@@ -39,9 +48,17 @@ struct epyq_model_numa {
     size_t *dused;           /* [n_groups] bytes of dbufs[g] in use */
     bool *dbufs_local;       /* [n_groups] dbufs[g] verified on g's node */
     void *jobs;              /* [n_groups] scratch of a dense run (numa_dense.c) */
-    epyq_numa_reads *reads;  /* [n_groups] */
-    uint64_t unpinned;       /* weight bytes read by the model's own (unpinned) pool */
+    /* DeltaNet heads (numa_state.c) */
+    int32_t *head_group;           /* [Hv] group owning each value head's state */
+    epyq_numa_head_job *head_jobs; /* [n_groups] */
+    int32_t head_workers;          /* workers over all pools */
+    epyq_numa_reads *reads;        /* [n_groups] */
+    uint64_t unpinned;             /* weight bytes read by the model's own (unpinned) pool */
 };
+
+/* Value heads shared out to the groups; freed by epyq_numa_heads_free. */
+epyq_status epyq_numa_heads_init(epyq_model *m, epyq_err *err);
+void epyq_numa_heads_free(epyq_model *m);
 
 /* Plan layer (trunk l, MTP = L) of a layer's runtime weights, or -1. */
 int32_t epyq_numa_layer_index(const epyq_model *m, const epyq_moe_rw *mw);

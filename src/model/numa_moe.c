@@ -75,6 +75,7 @@ void epyq_model_numa_free(epyq_model *m) {
         }
     }
     epyq_numa_dense_free(m);
+    epyq_numa_heads_free(m);
     for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
     free(n->bufs), free(n->used), free(n->bufs_local), free(n->reads);
     epyq_moe_dispatch_free(n->disp);
@@ -312,6 +313,7 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
     }
     if (st == EPYQ_OK) st = place_experts(m, err);
     if (st == EPYQ_OK) st = epyq_numa_dense_place(m, err);
+    if (st == EPYQ_OK && m->n_gdn) st = epyq_numa_heads_init(m, err);
     if (st == EPYQ_OK) {
         epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS, .top_k = m->topk,
                               .n_slices = (m->I + slice - 1) / slice, .width = m->H,

@@ -41,6 +41,13 @@ epyq_status epyq_model_numa_reads(const epyq_model *m, int32_t group, uint64_t *
                                   uint64_t *remote, epyq_err *err);
 void epyq_model_numa_reads_reset(epyq_model *m);
 
+/* Where a sequence's DeltaNet states are (move_pages): each (layer, value head) block on the
+ * node of the group owning the head, whose pool runs its delta rule. EPYQ_E_ARG without a NUMA
+ * mode, or when the blocks are not whole pages (then they were not bound). */
+typedef struct epyq_seq epyq_seq;
+epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsewhere,
+                                 epyq_err *err);
+
 /* Plan groups (logical nodes) the model runs on; 0 when loaded without a NUMA mode. */
 int32_t epyq_model_numa_groups(const epyq_model *m);
 

@@ -23,6 +23,7 @@
 #define INTER 512 /* routed experts' intermediate size: 4 slices of 128 */
 
 static char *model_dir; /* the synthetic checkpoint, written once */
+static int32_t chunk_min; /* gdn_chunk_min of the runs: 0 = the recurrent delta rule only */
 
 /* A tiny ct checkpoint with wider experts, so the NUMA units really slice them. */
 static void write_model(void) {
@@ -59,6 +60,12 @@ static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq,
     ck_assert_ptr_nonnull(lg);
     epyq_seq *s = NULL;
     ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
+    size_t pages = 0, elsewhere = 0;
+    if (numa) { /* every head's state block on its owner's node */
+        ck_assert_msg(epyq_seq_numa_verify(s, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(pages > 0 && elsewhere == 0, "%zu state pages, %zu elsewhere", pages,
+                      elsewhere);
+    }
     int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41};
     epyq_seq *seqs[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
@@ -133,6 +140,20 @@ START_TEST(test_dense_modes_bit_identical) {
             }
         free(off);
     }
+    /* the chunked delta rule too: its per-worker workspace is numbered over all node pools */
+    chunk_min = 4;
+    int32_t V, G;
+    float *off = run(NULL, 0, &V, &G);
+    size_t bytes = (size_t)(N_PROMPT + N_DECODE) * V * sizeof(float);
+    for (int i = 0; i < 3; i++) {
+        epyq_numa_opts o = split_opts(splits[i]);
+        float *lg = run(&o, INTER, &V, &G);
+        ck_assert_msg(!memcmp(lg, off, bytes),
+                      "chunked DeltaNet, --numa-split %d differs from --numa off", (int)splits[i]);
+        free(lg);
+    }
+    free(off);
+    chunk_min = 0;
 }
 END_TEST
 

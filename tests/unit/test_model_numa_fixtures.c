@@ -4,7 +4,8 @@
  * decode logits with the dense linears split by rows over 1, 2 and 4 logical nodes, and with
  * replicate-dense, must be --numa off's bits (whole experts: moe_slice = the intermediate
  * size), with the MTP head loaded so its layer's linears are placed too; move_pages must find
- * every page on its node, and every pool's reads must be local. Exits 77 without fixtures. */
+ * every weight page and every DeltaNet state block on its node, and every pool's reads must
+ * be local. Exits 77 without fixtures. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,9 @@ static float *run(const char *dir, const epyq_numa_opts *numa, int32_t *vocab) {
         ck_assert_msg(epyq_model_numa_verify(m, &pages, &elsewhere, &err) == EPYQ_OK, "%s",
                       err.msg);
         ck_assert_uint_eq(elsewhere, 0);
+        ck_assert_msg(epyq_seq_numa_verify(s, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(pages > 0 && elsewhere == 0, "%zu DeltaNet state pages, %zu elsewhere", pages,
+                      elsewhere);
         for (int32_t g = 0; g < epyq_model_numa_groups(m); g++) {
             uint64_t local = 0, remote = 0;
             ck_assert_int_eq(epyq_model_numa_reads(m, g, &local, &remote, &err), EPYQ_OK);
