@@ -1,10 +1,12 @@
 /* benchmarks/numa_decode.c — what the NUMA split costs a decoded token.
  *
- * Loads one checkpoint three times (--numa off, --numa-split 1, --numa-split N) in one process
- * and decodes with each in turn, round after round, so load drift on a shared machine hits
- * all three alike. Prints per configuration the best and median wall time per token and the
- * median process CPU time per token (all threads, spinning included), and the split's cost
- * relative to split 1 and to off.
+ * Loads one checkpoint four times (--numa off, --numa-split 1, --numa-split N with the dense
+ * linears split by rows, and --numa-split N --numa replicate-dense) in one process and decodes
+ * with each in turn, round after round, so load drift on a shared machine hits all alike.
+ * Prints per configuration the best and median wall time per token and the median process CPU
+ * time per token (all threads, spinning included), each configuration's cost relative to off,
+ * and for the NUMA ones the weight bytes each node's pool read per token from its own node
+ * (local) and from elsewhere (remote), as move_pages found the pages at load.
  *
  * usage: numa_decode DIR [split N (default 2)] [rounds (default 8)] [tokens per round (16)] */
 #include <stdio.h>
@@ -14,8 +16,9 @@
 
 #include "core/util.h"
 #include "model/model.h"
+#include "model/numa_moe.h"
 
-#define N_CFG 3
+#define N_CFG 4
 
 static double now(clockid_t c) {
     struct timespec ts;
@@ -41,10 +44,11 @@ int main(int argc, char **argv) {
         return fprintf(stderr, "numa_decode: split 1..64, rounds 1..1000, tokens 1..4096\n"), 2;
     epyq_err err = {0};
     if (epyq_kern_init(&err) != EPYQ_OK) return fprintf(stderr, "numa_decode: %s\n", err.msg), 1;
-    const char *name[N_CFG] = {"off", "split 1", "split N"};
-    char split_name[32];
+    const char *name[N_CFG] = {"off", "split 1", "split N", "replicate N"};
+    char split_name[32], repl_name[48];
     snprintf(split_name, sizeof split_name, "split %d", split);
-    name[2] = split_name;
+    snprintf(repl_name, sizeof repl_name, "split %d replicate-dense", split);
+    name[2] = split_name, name[3] = repl_name;
     epyq_numa_opts no[N_CFG];
     epyq_model *m[N_CFG] = {0};
     epyq_seq *s[N_CFG] = {0};
@@ -53,7 +57,8 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int c = 0; c < N_CFG && !rc; c++) {
         epyq_numa_opts_init(&no[c]);
-        no[c].split = c == 2 ? split : 1;
+        no[c].split = c >= 2 ? split : 1;
+        if (c == 3) no[c].mode = EPYQ_NUMA_REPLICATE_DENSE;
         epyq_model_opts mo = {.skip_mtp = true, .numa = c ? &no[c] : NULL};
         if (epyq_model_load(&m[c], argv[1], &mo, &err) != EPYQ_OK ||
             epyq_seq_create(&s[c], m[c], rounds * toks + 2, EPYQ_KV_BF16, &err) != EPYQ_OK)
@@ -61,6 +66,7 @@ int main(int argc, char **argv) {
     }
     if (!rc) logits = malloc((size_t)epyq_model_config(m[0])->vocab_size * sizeof(float));
     if (!rc && (!logits || !wall || !cpu)) rc = fprintf(stderr, "numa_decode: out of memory\n") > 0;
+    for (int c = 1; c < N_CFG && !rc; c++) epyq_model_numa_reads_reset(m[c]);
     for (int r = 0; r < rounds && !rc; r++)
         for (int c = 0; c < N_CFG && !rc; c++) {
             double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
@@ -84,9 +90,31 @@ int main(int argc, char **argv) {
             cmed[c] = median(cpu + (size_t)c * rounds, rounds);
             printf("| %s | %.3f | %.3f | %.3f | %.1f |\n", name[c], best[c], med[c], cmed[c], 1e3 / best[c]);
         }
-        printf("\n%s vs split 1: best %+.1f%%, median %+.1f%%, CPU %+.1f%%; vs off: best %+.1f%%, median %+.1f%%\n",
-               name[2], 100 * (best[2] / best[1] - 1), 100 * (med[2] / med[1] - 1), 100 * (cmed[2] / cmed[1] - 1),
-               100 * (best[2] / best[0] - 1), 100 * (med[2] / med[0] - 1));
+        printf("\nvs off (median):");
+        for (int c = 1; c < N_CFG; c++)
+            printf(" %s %+.1f%%%s", name[c], 100 * (med[c] / med[0] - 1),
+                   c < N_CFG - 1 ? "," : "\n");
+        printf("vs off (best):");
+        for (int c = 1; c < N_CFG; c++)
+            printf(" %s %+.1f%%%s", name[c], 100 * (best[c] / best[0] - 1),
+                   c < N_CFG - 1 ? "," : "\n");
+        /* where each node's pool read its weights from, per decoded token */
+        printf(
+            "\n| numa | node | local MiB/token | remote MiB/token | local |\n| --- | ---: | ---: | ---: | ---: |\n");
+        const double per = 1.0 / ((double)rounds * toks * 1024.0 * 1024.0);
+        for (int c = 1; c < N_CFG && !rc; c++)
+            for (int32_t g = -1; g < epyq_model_numa_groups(m[c]); g++) {
+                uint64_t lo = 0, re = 0;
+                if (epyq_model_numa_reads(m[c], g, &lo, &re, &err) != EPYQ_OK) {
+                    rc = fprintf(stderr, "numa_decode: %s\n", err.msg) > 0;
+                    break;
+                }
+                if (g < 0 && !lo && !re) continue; /* nothing ran on the unpinned pool */
+                char node[16];
+                snprintf(node, sizeof node, g < 0 ? "unpinned" : "%d", (int)g);
+                printf("| %s | %s | %.2f | %.2f | %.1f%% |\n", name[c], node, (double)lo * per,
+                       (double)re * per, lo + re ? 100.0 * (double)lo / (double)(lo + re) : 0.0);
+            }
     }
     for (int c = 0; c < N_CFG; c++) {
         epyq_seq_free(s[c]);

@@ -121,6 +121,24 @@ epyq_status epyq_numa_buf_fill(epyq_numa_buf *b, epyq_pool *pool, size_t chunk, 
     return j.first.code != EPYQ_OK ? j.first.code : EPYQ_E_INTERNAL;
 }
 
+epyq_status epyq_numa_bind_range(void *addr, size_t len, int32_t os_node, const char *what,
+                                 epyq_err *err) {
+    size_t pg = page_size();
+    uintptr_t a = ((uintptr_t)addr + pg - 1) / pg * pg, b = ((uintptr_t)addr + len) / pg * pg;
+    if (b <= a) return EPYQ_OK;
+    if (os_node < 0 || os_node >= (int32_t)(MASK_WORDS * BITS_PER_WORD) ||
+        (numa_available() >= 0 && os_node > numa_max_node()))
+        return epyq_err_set(err, EPYQ_E_NUMA,
+                            "%s: node %d does not exist on this machine (nodes 0-%d)", what,
+                            (int)os_node, numa_available() >= 0 ? numa_max_node() : 0);
+    unsigned long mask[MASK_WORDS] = {0};
+    mask[os_node / BITS_PER_WORD] |= 1ul << (os_node % BITS_PER_WORD);
+    if (mbind((void *)a, b - a, MPOL_BIND, mask, MASK_WORDS * BITS_PER_WORD, MPOL_MF_MOVE) != 0)
+        return epyq_err_set(err, EPYQ_E_NUMA, "%s: binding %zu bytes to node %d failed: %s", what,
+                            (size_t)(b - a), (int)os_node, strerror(errno));
+    return EPYQ_OK;
+}
+
 /* ---- verification ------------------------------------------------------------------------ */
 
 epyq_status epyq_numa_verify(const void *addr, size_t len, const int32_t *os_nodes, int32_t n, const char *what,

@@ -40,6 +40,12 @@ epyq_status epyq_numa_buf_alloc_interleaved(epyq_numa_buf *b, size_t len, const 
 
 void epyq_numa_buf_free(epyq_numa_buf *b);
 
+/* Bind the whole pages inside [addr, addr + len) to OS node os_node (MPOL_BIND), moving those
+ * already touched (MPOL_MF_MOVE): for memory that is not an epyq_numa_buf (a sequence's
+ * recurrent states). A range holding no whole page is left alone. EPYQ_E_NUMA names `what`. */
+epyq_status epyq_numa_bind_range(void *addr, size_t len, int32_t os_node, const char *what,
+                                 epyq_err *err);
+
 /* Write b in chunks of `chunk` bytes (0 = 2 MiB) on pool's workers: fn(ctx, dst, offset, len)
  * produces bytes [offset, offset + len) at dst (pread, copy, repack). The first failure (lowest
  * offset) is returned. */

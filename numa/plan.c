@@ -536,10 +536,24 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
     if ((st = assign_threads(p, gb, n_gb, opts->n_threads, err)) != EPYQ_OK) goto fail;
     if ((st = assign_experts(p, model, err)) != EPYQ_OK) goto fail;
     tally(p, model);
+    /* Dense weights are cut by rows in proportion to threads (src/model/numa_dense.c); the last
+     * node takes the rounding, so the shares add up to one copy. Per token a node reads its
+     * rows, split or replicated alike. */
+    uint64_t given = 0;
+    int64_t cum = 0;
     for (int32_t g = 0; g < n_gb; g++) {
-        /* Interleaving spreads dense pages evenly; the first nodes take the remainder. */
-        uint64_t share = model->dense_bytes / (uint64_t)n_gb + ((uint64_t)g < model->dense_bytes % (uint64_t)n_gb);
-        p->groups[g].dense_bytes = p->replicate_dense ? model->dense_bytes : share;
+        epyq_numa_group *gr = &p->groups[g];
+        cum += gr->n_threads;
+        uint64_t upto =
+            g == n_gb - 1
+                ? model->dense_bytes
+                : (uint64_t)((double)model->dense_bytes * (double)cum / (double)p->n_threads);
+        gr->dense_split = upto - given;
+        given = upto;
+        gr->dense_copy = model->dense_bytes;
+        gr->dense_bytes = p->replicate_dense ? gr->dense_copy : gr->dense_split;
+        gr->dense_traffic =
+            (double)model->dense_token_bytes * (double)gr->n_threads / (double)p->n_threads;
     }
     if ((st = check_memory(p, model, fallback, err)) != EPYQ_OK) goto fail;
     p->mem_unchecked = t->mem_placeholder;
@@ -547,17 +561,26 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
         add_note(p, "memory not checked: the synthetic topology gives none (add e.g. numa:4(memory=192GiB))");
     if (opts->mode == EPYQ_NUMA_AUTO)
         add_note(p, "auto: distribute over %d node%s", (int)n_gb, n_gb == 1 ? "" : "s");
-    if (n_gb > 1 && p->bind_memory && !p->replicate_dense && model->dense_token_bytes) {
-        /* Per token the dense weights usually outweigh the 8 experts; say what a copy per node costs. */
+    if (n_gb > 1 && p->bind_memory && model->dense_token_bytes) {
+        /* Per token the dense weights usually outweigh the 8 experts: say that they are local,
+         * and what the other option costs. */
         double expert_tok = 0.0;
         for (int32_t g = 0; g < n_gb; g++) expert_tok += p->groups[g].traffic;
         double dense_share = (double)model->dense_token_bytes / ((double)model->dense_token_bytes + expert_tok);
         char more[32];
-        add_note(p,
-                 "dense weights are %.0f%% of the bytes read per token and %d of %d interleaved pages are remote; "
-                 "--numa replicate-dense makes them local for %s more per node",
-                 100.0 * dense_share, (int)n_gb - 1, (int)n_gb,
-                 epyq_numa_size(model->dense_bytes - model->dense_bytes / (uint64_t)n_gb, more, sizeof more));
+        uint64_t extra = model->dense_bytes - p->groups[0].dense_split;
+        if (p->replicate_dense)
+            add_note(
+                p,
+                "dense weights are %.0f%% of the bytes read per token, all local; replicate-dense holds %s more "
+                "per node than the row split, which reads the same bytes",
+                100.0 * dense_share, epyq_numa_size(extra, more, sizeof more));
+        else
+            add_note(
+                p,
+                "dense weights are %.0f%% of the bytes read per token, split by rows so each node reads only "
+                "its own (local); --numa replicate-dense would hold %s more per node for the same reads",
+                100.0 * dense_share, epyq_numa_size(extra, more, sizeof more));
     }
 
     for (int32_t g = 0; g < t->n_nodes; g++) free(gb[g].pus);
@@ -586,16 +609,20 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
     fprintf(f, "NUMA plan: mode %s", epyq_numa_mode_name(p->mode));
     if (p->asked != p->mode) fprintf(f, " (asked %s)", epyq_numa_mode_name(p->asked));
     fprintf(f, ", model %s (%.2f %s), topology %s\n", p->model_name, (double)p->model_bytes / unit, u, p->topo_source);
-    char h_exp[16], h_den[16], h_tot[16], h_cap[16];
+    char h_exp[16], h_den[16], h_tot[16], h_cap[16], h_spl[16], h_cpy[16];
     snprintf(h_exp, sizeof h_exp, "%s experts", u);
     snprintf(h_den, sizeof h_den, "%s dense", u);
     snprintf(h_tot, sizeof h_tot, "%s total", u);
     snprintf(h_cap, sizeof h_cap, "%s capacity", u);
-    fprintf(f, "%5s %4s %8s %12s %10s %10s %13s %11s %8s  %s\n", "node", "os", "experts", h_exp, h_den, h_tot, h_cap,
-            "MiB/token", "threads", "PUs");
-    uint64_t te = 0, td = 0;
+    snprintf(h_spl, sizeof h_spl, "%s split", u);
+    snprintf(h_cpy, sizeof h_cpy, "%s replica", u);
+    /* "dense" is what this mode places; "split" and "replica" are the two options side by side */
+    fprintf(f, "%5s %4s %8s %12s %10s %10s %13s %10s %12s %11s %11s %8s  %s\n", "node", "os",
+            "experts", h_exp, h_den, h_tot, h_cap, h_spl, h_cpy, "MiB/token", "dense MiB/t",
+            "threads", "PUs");
+    uint64_t te = 0, td = 0, ts = 0, tc = 0;
     int64_t tn = 0;
-    double tt = 0.0;
+    double tt = 0.0, tdt = 0.0;
     for (int32_t g = 0; g < p->n_groups; g++) {
         const epyq_numa_group *gr = &p->groups[g];
         char pus[256], node[16], os[16];
@@ -610,20 +637,31 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
         char cap[32];
         if (gr->capacity == UINT64_MAX) snprintf(cap, sizeof cap, "not given");
         else snprintf(cap, sizeof cap, "%.2f", (double)gr->capacity / unit);
-        fprintf(f, "%5s %4s %8d %12.2f %10.2f %10.2f %13s %11.1f %8d  %s%s%s\n", node, os, (int)gr->n_experts,
-                (double)gr->expert_bytes / unit, (double)gr->dense_bytes / unit,
-                (double)(gr->expert_bytes + gr->dense_bytes) / unit, cap,
-                gr->traffic / (1024.0 * 1024.0), (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
+        fprintf(f,
+                "%5s %4s %8d %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d  %s%s%s\n",
+                node, os, (int)gr->n_experts, (double)gr->expert_bytes / unit,
+                (double)gr->dense_bytes / unit, (double)(gr->expert_bytes + gr->dense_bytes) / unit,
+                cap, (double)gr->dense_split / unit, (double)gr->dense_copy / unit,
+                gr->traffic / (1024.0 * 1024.0), gr->dense_traffic / (1024.0 * 1024.0),
+                (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
         te += gr->expert_bytes;
         td += gr->dense_bytes;
+        ts += gr->dense_split;
+        tc += gr->dense_copy;
         tn += gr->n_experts;
         tt += gr->traffic;
+        tdt += gr->dense_traffic;
     }
-    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %11.1f %8d\n", "total", "", (long long)tn, (double)te / unit,
-            (double)td / unit, (double)(te + td) / unit, "", tt / (1024.0 * 1024.0), (int)p->n_threads);
+    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d\n", "total",
+            "", (long long)tn, (double)te / unit, (double)td / unit, (double)(te + td) / unit, "",
+            (double)ts / unit, (double)tc / unit, tt / (1024.0 * 1024.0), tdt / (1024.0 * 1024.0),
+            (int)p->n_threads);
     fprintf(f, "dense weights: %s; memory %s\n",
-            p->replicate_dense ? "one copy per node" : p->n_groups > 1 ? "interleaved over the nodes" : "on the node",
-            p->bind_memory ? "bound to each node before first touch" : "not bound by epyq (kernel/inherited policy)");
+            p->replicate_dense ? "one copy per node, each node computing its rows from its own"
+            : p->n_groups > 1  ? "split by output rows, each node holding and computing its own"
+                               : "on the node",
+            p->bind_memory ? "bound to each node before first touch"
+                           : "not bound by epyq (kernel/inherited policy)");
     if (p->notes[0]) fprintf(f, "notes: %s\n", p->notes);
 }
 

@@ -9,7 +9,9 @@
  *   - which group holds each routed expert: each expert once, every group's share of expert
  *     bytes proportional to its threads (equal on symmetric machines) to within one expert over
  *     the whole model, and, within each layer, experts spread so expected traffic is even;
- *   - dense weights interleaved over the groups' nodes, or one copy per node (replicate-dense);
+ *   - dense weights cut by output rows, each group's share (proportional to its threads) on its
+ *     node, or one whole copy per node (replicate-dense); either way a group reads only its own
+ *     rows, so the table gives both options' bytes per node and the dense bytes per token;
  *   - and checks every node's memory: a node that cannot hold its share is an error naming
  *     the node and the bytes, unless a fallback was asked for (--numa-fallback or --numa auto),
  *     in which case experts move to nodes with room and the plan says so.
@@ -100,7 +102,13 @@ typedef struct {
     int32_t *cpus;             /* [n_threads] OS cpu of each worker (worker 0 first) */
     int32_t n_experts;         /* routed experts held, all layers */
     uint64_t expert_bytes;     /* their bytes */
-    uint64_t dense_bytes;      /* dense bytes on this node (interleave share or full replica) */
+    uint64_t
+        dense_bytes; /* dense bytes on this node in the plan's mode (dense_split or dense_copy) */
+    uint64_t
+        dense_split; /* its row slices of the dense weights: their bytes times its thread share */
+    uint64_t dense_copy;       /* a whole copy (replicate-dense) */
+    double dense_traffic;      /* dense bytes it reads per decoded token (its rows; the same in both
+                                  modes) */
     uint64_t capacity;         /* node memory minus the reserve (UINT64_MAX: memory not given) */
     uint64_t reserve;          /* what this node keeps free (epyq_numa_node_reserve) */
     double traffic;            /* expected expert bytes read from this node per token */
@@ -132,7 +140,9 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
                                 epyq_numa_plan **out, epyq_err *err);
 void epyq_numa_plan_free(epyq_numa_plan *p);
 
-/* The placement table: node -> GiB experts, GiB dense, capacity, threads, PUs; then notes. */
+/* The placement table: node -> GiB experts, GiB dense (this mode), total, capacity, the dense
+ * GiB of both options (split, replicate), MiB per token of experts and of dense weights,
+ * threads, PUs; then notes. */
 void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p);
 
 /* For `epyq inspect --numa`: load the topology (NULL = this machine, else synthetic string or

@@ -326,15 +326,16 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
          * would leave some heads advanced and others not. */
         gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
         if (max_rows) {
-            j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) +
-                         chunk_ws_floats(m->d.Dk, m->d.Dv);
-            j.work = epyq_model_alloc(j.work_per * (size_t)m->n_threads, sizeof(float));
+            j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) + chunk_ws_floats(m->d.Dk, m->d.Dv);
+            j.work = epyq_model_alloc(j.work_per * (size_t)epyq_numa_workers(m), sizeof(float));
             if (!j.work) st = epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
         }
         if (st == EPYQ_OK) {
             prep_job pj = {m, ly, p, u, ba, gl, beta};
             epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
-            epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+            /* NUMA mode: each head on the node holding its state (numa_state.c) */
+            if (!epyq_numa_run_heads(m, gdn_task, &j, p->n_groups, Hv))
+                epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
             st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
         }
         free(j.work);

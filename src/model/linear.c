@@ -193,6 +193,11 @@ static void gemm_task(void *ctx, int32_t task, int32_t worker) {
 
 /* One pool run over at most MAX_OUTS outputs, output i reading acts[i]. */
 static void run_outs(epyq_model *m, const epyq_rlin_out *outs, int32_t c, const epyq_act *const *acts) {
+    for (int32_t i = 0; i < c; i++)
+        if (outs[i].l->split) { /* NUMA: the slices run on their nodes' pools (numa_dense.c) */
+            epyq_numa_dense_run(m, outs, c, acts);
+            return;
+        }
     epyq_gemm_piece pc[MAX_PIECES];
     int32_t np = epyq_rlin_pieces(m->pool ? m->n_threads : 1, outs, c, acts[0]->m, pc, MAX_PIECES);
     gemm_job j = {m, outs, pc, acts};

@@ -24,7 +24,20 @@ typedef struct {
 
     int32_t *perm;      /* act-order int4: [k] input channel of packed column j (the columns are
                          * stored so each g_idx group is contiguous), NULL = identity; owned */
+    /* NUMA mode (numa_dense.c): the matrix lives as row slices on the plan's nodes and runs on
+     * their pools; the fields above keep the shape, the memory pointers are NULL. */
+    const struct epyq_rlin_split *split;
 } epyq_rlin;
+
+/* A dense linear split by output rows over the plan groups (numa_dense.c): group g computes
+ * rows [row0[g], row0[g + 1]) from part[g], a linear of those rows alone whose memory (not
+ * owned) is on g's node: its own slice (split) or a view of g's full copy (replicate-dense).
+ * Boundaries are whole 16-row tiles, so each part's rows are the whole matrix's bits. */
+typedef struct epyq_rlin_split {
+    int32_t n_groups;
+    const int32_t *row0;   /* [n_groups + 1] */
+    const epyq_rlin *part; /* [n_groups]; n = 0 for a group without rows */
+} epyq_rlin_split;
 
 typedef struct {
     epyq_rlin qkv, z, b, a, out;
@@ -220,6 +233,29 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
 void epyq_model_numa_free(epyq_model *m); /* before the layers are freed */
 /* Plan layer of mw when its routed experts are placed (trunk l, MTP = L), else -1. */
 int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw);
+/* The pool that runs layer mw's shared expert for a batch of T tokens, and its size: in
+ * NUMA mode the pool of the node holding that expert (decode-sized batches), else m->pool. */
+epyq_pool *epyq_moe_numa_shared_pool(epyq_model *m, const epyq_moe_rw *mw, int32_t T,
+                                     int32_t *n_threads);
+/* ---- numa_dense.c: the dense linears on the plan's nodes */
+/* Split every dense linear over the groups (or copy it to each, replicate-dense) into memory
+ * bound to each group's node, written by that group's workers; the heap copies are freed. */
+epyq_status epyq_numa_dense_place(epyq_model *m, epyq_err *err);
+void epyq_numa_dense_free(epyq_model *m);
+/* outs[i].y = outs[i].l . acts[i] over the groups' pools at once, each group its own parts
+ * (outputs without a split run on group 0); the driver is pool 0's creator. */
+void epyq_numa_dense_run(epyq_model *m, const epyq_rlin_out *outs, int32_t n,
+                         const epyq_act *const *acts);
+/* ---- numa_state.c: DeltaNet heads on the nodes that own their states */
+/* Bind each (layer, value head) block of a sequence's states S to its owner's node (no-op
+ * without a NUMA mode, for a plan that binds nothing, or blocks that are not whole pages). */
+epyq_status epyq_numa_state_place(const epyq_model *m, float *S, epyq_err *err);
+/* Run fn over the n_seq x Hv (sequence, head) tasks of a DeltaNet layer, task q * Hv + vh on
+ * the pool of vh's owner, worker numbers unique over all pools (< epyq_numa_workers). false
+ * when not in NUMA mode (or out of memory): the caller runs them on its own pool. */
+bool epyq_numa_run_heads(epyq_model *m, epyq_task_fn fn, void *ctx, int32_t n_seq, int32_t Hv);
+/* Workers a task may be numbered by: the model pool's, or all node pools' when more. */
+int32_t epyq_numa_workers(const epyq_model *m);
 /* y [T][ldy] (columns [0, H)) = the routed experts' sum for each token, in top-k order. */
 epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
                               const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err);

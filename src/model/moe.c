@@ -355,7 +355,11 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
                  .pieces = 1};
     bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
               (p->numa_layer >= 0 || mw->gate[0].q4);
-    j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
+    /* the shared expert's node in NUMA mode (numa_dense.c), else the model's pool */
+    int32_t pool_threads = m->n_threads;
+    epyq_pool *pool =
+        p->numa_layer >= 0 ? epyq_moe_numa_shared_pool(m, mw, p->T, &pool_threads) : m->pool;
+    j.pieces = q4 && m->moe_split ? split_pieces(nt, pool_threads) : 1;
     if (j.pieces > 1) {
         j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
         j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
@@ -363,15 +367,15 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
         if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
     }
     if (j.pieces > 1) {
-        epyq_pool_run(m->pool, moe_gu_task, &j, nt * j.pieces);
-        if (!atomic_load(&j.failed)) epyq_pool_run(m->pool, moe_down_task, &j, nt * j.pieces);
+        epyq_pool_run(pool, moe_gu_task, &j, nt * j.pieces);
+        if (!atomic_load(&j.failed)) epyq_pool_run(pool, moe_down_task, &j, nt * j.pieces);
         for (int32_t t = 0; t < nt && !atomic_load(&j.failed); t++)
             for (int32_t r = 0, base = p->e_off[p->tasks[t].e] + p->tasks[t].off; r < p->tasks[t].n;
                  r++)
                 memcpy(p->ys + (size_t)p->ent_row[base + r] * H, j.ye + (size_t)(base + r) * H,
                        (size_t)H * sizeof(float));
     } else {
-        epyq_pool_run(m->pool, moe_task, &j, nt);
+        epyq_pool_run(pool, moe_task, &j, nt);
     }
     free(j.h), free(j.ye);
     if (atomic_load(&j.failed))

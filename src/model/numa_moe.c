@@ -7,9 +7,8 @@
  * its experts (epyq_rlin_load, the same conversion as the single-pool path) and copy the
  * packed bytes into their slots, so each page is first written on its node and, bound with
  * MPOL_BIND, cannot land anywhere else. The dense linears (projections, router, shared expert,
- * lm_head, MTP fc) are then moved into one buffer interleaved page by page over the plan's
- * nodes. With replicate-dense they are interleaved too: per-node copies would need each
- * node's threads to read their own copy, which the dense GEMMs (one pool) cannot yet do. */
+ * lm_head, MTP fc) are then split by rows over the groups' nodes, or copied to each
+ * (numa_dense.c). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,26 +16,11 @@
 
 #include "core/log.h"
 #include "core/util.h"
-#include "model/model_impl.h"
+#include "model/numa_impl.h"
 #include "model/numa_moe.h"
-#include "numa/dispatch.h"
-#include "numa/place.h"
 
 #define UNIT_TOKENS 32   /* tokens per dispatch unit: moe.c's MOE_CHUNK, for equal numerics */
 #define BATCH_TOKENS 256 /* tokens per dispatch run: bounds its scratch [slices][256 * top_k][H] */
-
-struct epyq_model_numa {
-    epyq_numa_setup *setup;
-    epyq_moe_dispatch *disp;
-    int32_t n_groups;
-    int32_t n_layers;        /* trunk layers, + 1 for the MTP layer when loaded with int4 experts */
-    int32_t slice;           /* intermediate rows per unit (multiple of the int4 group size) */
-    char name[64];           /* the model as the placement table names it */
-    epyq_numa_buf *bufs;     /* [n_groups] the routed experts of each group, all layers */
-    size_t *used;            /* [n_groups] bytes of bufs[g] holding experts */
-    epyq_numa_buf dense;     /* the dense linears, interleaved; len 0 when the plan binds nothing */
-    size_t dense_used;
-};
 
 /* The MoE weights of plan layer l: trunk layers, then the MTP layer. */
 static epyq_moe_rw *layer_rw(epyq_model *m, int32_t l) {
@@ -72,94 +56,11 @@ int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw) {
 }
 
 static bool placed(const epyq_model_numa *n, const void *p) {
-    const uint8_t *d = n->dense.ptr;
-    if (p && d && (const uint8_t *)p >= d && (const uint8_t *)p < d + n->dense.len) return true;
     for (int32_t g = 0; p && g < n->n_groups; g++) {
         const uint8_t *b = n->bufs[g].ptr;
         if (b && (const uint8_t *)p >= b && (const uint8_t *)p < b + n->bufs[g].len) return true;
     }
     return false;
-}
-
-/* The dense linears: every projection of every layer (MTP layer included), router, shared
- * expert, lm_head and MTP fc. Past DENSE_MAX (10x the real model's count) the rest simply
- * stay where the loader put them. */
-#define DENSE_MAX 4096
-static void add_layer(epyq_layer_rw *ly, epyq_rlin **out, int32_t *n) {
-    epyq_rlin *l[] = {&ly->at.q, &ly->at.k, &ly->at.v, &ly->at.o, &ly->g.qkv, &ly->g.z, &ly->g.b, &ly->g.a,
-                      &ly->g.out, &ly->m.router, &ly->m.sh_gate, &ly->m.sh_up, &ly->m.sh_down,
-                      &ly->m.sh_expert_gate};
-    for (size_t i = 0; i < sizeof l / sizeof l[0]; i++)
-        if (l[i]->n > 0 && *n < DENSE_MAX) out[(*n)++] = l[i]; /* unused kinds are all zero */
-}
-
-static int32_t dense_lins(epyq_model *m, epyq_rlin **out) {
-    int32_t n = 0;
-    for (int32_t l = 0; l < m->d.L; l++) add_layer(&m->layers[l], out, &n);
-    if (m->has_mtp) add_layer(&m->mtp, out, &n);
-    if (m->lm_head.n > 0 && n < DENSE_MAX) out[n++] = &m->lm_head;
-    if (m->mtp_fc.n > 0 && n < DENSE_MAX) out[n++] = &m->mtp_fc;
-    return n;
-}
-
-static size_t lin_raw_bytes(const epyq_rlin *l) {
-    return l->q4 ? epyq_w4_pack_bytes(l->w4.n, l->w4.k, l->w4.gs, l->w4.asym)
-                 : (size_t)l->n * (size_t)l->k * sizeof(uint16_t);
-}
-
-static size_t lin_bytes(const epyq_rlin *l) { return (lin_raw_bytes(l) + 63) & ~(size_t)63; }
-
-static void *lin_mem(const epyq_rlin *l) { return l->q4 ? l->w4.mem : (void *)l->bf16; }
-
-typedef struct {
-    epyq_rlin **lin;
-    const size_t *off;       /* [n + 1] byte offset of each linear in the buffer */
-    int32_t n;
-} dense_copy;
-
-/* Bytes [offset, offset + len) of the dense buffer: the overlapping parts of the linears. */
-static epyq_status dense_fill(void *ctx, uint8_t *dst, size_t offset, size_t len, epyq_err *err) {
-    (void)err;
-    const dense_copy *c = ctx;
-    memset(dst, 0, len);
-    for (int32_t i = 0; i < c->n; i++) {
-        size_t a = c->off[i], b = a + lin_raw_bytes(c->lin[i]);
-        size_t lo = a > offset ? a : offset, hi = b < offset + len ? b : offset + len;
-        if (lo < hi) memcpy(dst + (lo - offset), (const uint8_t *)lin_mem(c->lin[i]) + (lo - a), hi - lo);
-    }
-    return EPYQ_OK;
-}
-
-/* Move the dense linears into one buffer interleaved over the plan's nodes. */
-static epyq_status place_dense(epyq_model *m, epyq_err *err) {
-    epyq_model_numa *n = m->numa;
-    int32_t nodes[8];
-    int32_t n_nodes = epyq_numa_plan_dense_nodes(n->setup->plan, nodes, 8);
-    if (n_nodes <= 0) return EPYQ_OK; /* numactl: the inherited policy decides */
-    epyq_rlin **lin = malloc(DENSE_MAX * sizeof *lin);
-    size_t *off = malloc((DENSE_MAX + 1) * sizeof *off);
-    epyq_status st = lin && off ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA dense weights: out of memory");
-    int32_t cnt = st == EPYQ_OK ? dense_lins(m, lin) : 0;
-    size_t total = 0;
-    for (int32_t i = 0; i < cnt; i++) {
-        off[i] = total;
-        if (!epyq_add_size(total, lin_bytes(lin[i]), &total))
-            st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA dense weights: size overflows");
-    }
-    if (st == EPYQ_OK) st = epyq_numa_buf_alloc_interleaved(&n->dense, total ? total : 1, nodes, n_nodes, err);
-    if (st == EPYQ_OK) {
-        dense_copy c = {lin, off, cnt};
-        st = epyq_numa_buf_fill(&n->dense, n->setup->rt->pools[0], 0, dense_fill, &c, err);
-    }
-    for (int32_t i = 0; st == EPYQ_OK && i < cnt; i++) {
-        void *dst = n->dense.ptr + off[i];
-        free(lin_mem(lin[i]));
-        if (lin[i]->q4) lin[i]->w4.mem = dst;
-        else lin[i]->bf16 = dst;
-    }
-    n->dense_used = total;
-    free(lin), free(off);
-    return st;
 }
 
 void epyq_model_numa_free(epyq_model *m) {
@@ -175,18 +76,10 @@ void epyq_model_numa_free(epyq_model *m) {
                 if (placed(n, lin[i]->w4.mem)) free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
         }
     }
-    if (n->dense.ptr) {
-        epyq_rlin *lin[DENSE_MAX];
-        int32_t cnt = dense_lins(m, lin);
-        for (int32_t i = 0; i < cnt; i++)
-            if (placed(n, lin[i]->q4 ? lin[i]->w4.mem : (void *)lin[i]->bf16)) {
-                free(lin[i]->w4lo.mem); /* an int8 requant's low plane stays on the heap */
-                free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
-            }
-        epyq_numa_buf_free(&n->dense);
-    }
+    epyq_numa_dense_free(m);
+    epyq_numa_heads_free(m);
     for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
-    free(n->bufs), free(n->used);
+    free(n->bufs), free(n->used), free(n->bufs_local), free(n->reads);
     epyq_moe_dispatch_free(n->disp);
     epyq_numa_setup_free(n->setup);
     free(n);
@@ -298,51 +191,80 @@ static epyq_status place_experts(epyq_model *m, epyq_err *err) {
     return st;
 }
 
-static void log_verify(const epyq_model *m) {
+/* One buffer's pages against its group's node: adds to the counts, keeps the first error. */
+static void verify_buf(const epyq_numa_buf *b, size_t len, int32_t os_node, const char *what,
+                       bool *local, size_t *pages, size_t *elsewhere, epyq_status *first,
+                       epyq_err *err) {
+    epyq_numa_verify_report rep;
+    epyq_err e = {0};
+    epyq_status st = epyq_numa_verify(b->ptr, len, &os_node, 1, what, &rep, &e);
+    *pages += rep.pages, *elsewhere += rep.elsewhere;
+    if (local) *local = st == EPYQ_OK && rep.on_node == rep.pages;
+    if (st != EPYQ_OK && *first == EPYQ_OK) {
+        *first = st;
+        *err = e;
+    }
+}
+
+/* Every group's expert and dense buffers; bufs_local / dbufs_local (when given) record which
+ * were found wholly on their node, for the read counters. */
+static epyq_status verify_all(const epyq_model_numa *n, bool *bufs_local, bool *dbufs_local,
+                              size_t *pages, size_t *elsewhere, epyq_err *err) {
+    const epyq_numa_plan *plan = n->setup->plan;
+    epyq_status first = EPYQ_OK;
+    for (int32_t g = 0; plan->bind_memory && g < n->n_groups; g++) {
+        char what[64];
+        const int32_t os = plan->groups[g].os_index, node = plan->groups[g].node;
+        snprintf(what, sizeof what, "routed experts of node %d", (int)node);
+        verify_buf(&n->bufs[g], n->used[g], os, what, bufs_local ? &bufs_local[g] : NULL, pages,
+                   elsewhere, &first, err);
+        if (!n->n_dense) continue;
+        snprintf(what, sizeof what, "dense weights of node %d", (int)node);
+        verify_buf(&n->dbufs[g], n->dused[g], os, what, dbufs_local ? &dbufs_local[g] : NULL, pages,
+                   elsewhere, &first, err);
+    }
+    return first;
+}
+
+static void log_verify(epyq_model *m) {
     size_t pages = 0, elsewhere = 0;
     epyq_err verr = {0};
-    const epyq_numa_plan *plan = m->numa->setup->plan;
+    epyq_model_numa *n = m->numa;
+    const epyq_numa_plan *plan = n->setup->plan;
     if (!plan->bind_memory) return;
-    if (epyq_model_numa_verify(m, &pages, &elsewhere, &verr) != EPYQ_OK)
+    if (verify_all(n, n->bufs_local, n->dbufs_local, &pages, &elsewhere, &verr) != EPYQ_OK)
         fprintf(stderr, "warning: %s\n", verr.msg);
     else
-        fprintf(stderr, "numa: routed experts and dense weights verified with move_pages: %zu pages, all on "
-                        "their nodes%s\n", pages,
-                m->numa->setup->plan->replicate_dense ? " (replicate-dense: one interleaved copy for now)" : "");
+        fprintf(
+            stderr,
+            "numa: routed experts and dense weights (%s) verified with move_pages: %zu pages, all on their "
+            "nodes\n",
+            plan->replicate_dense ? "a copy per node" : "row slices per node", pages);
 }
 
 epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *elsewhere, epyq_err *err) {
     *pages = *elsewhere = 0;
     if (!m->numa) return epyq_err_set(err, EPYQ_E_ARG, "NUMA verify: the model was loaded without a NUMA mode");
-    const epyq_model_numa *n = m->numa;
-    const epyq_numa_plan *plan = n->setup->plan;
-    epyq_status first = EPYQ_OK;
-    for (int32_t g = 0; plan->bind_memory && g < n->n_groups; g++) {
-        char what[64];
-        snprintf(what, sizeof what, "routed experts of node %d", (int)plan->groups[g].node);
-        epyq_numa_verify_report rep;
-        epyq_err e = {0};
-        int32_t node = plan->groups[g].os_index;
-        epyq_status st = epyq_numa_verify(n->bufs[g].ptr, n->used[g], &node, 1, what, &rep, &e);
-        *pages += rep.pages, *elsewhere += rep.elsewhere;
-        if (st != EPYQ_OK && first == EPYQ_OK) {
-            first = st;
-            *err = e;
-        }
+    return verify_all(m->numa, NULL, NULL, pages, elsewhere, err);
+}
+
+epyq_status epyq_model_numa_reads(const epyq_model *m, int32_t group, uint64_t *local,
+                                  uint64_t *remote, epyq_err *err) {
+    if (!m->numa || group < -1 || group >= m->numa->n_groups)
+        return epyq_err_set(err, EPYQ_E_ARG, "NUMA reads: expected a group in [-1, %d), got %d",
+                            (int)(m->numa ? m->numa->n_groups : 0), (int)group);
+    if (group < 0) {
+        *local = 0, *remote = m->numa->unpinned;
+    } else {
+        *local = m->numa->reads[group].local, *remote = m->numa->reads[group].remote;
     }
-    if (n->dense.ptr && n->dense_used) {
-        int32_t nodes[8];
-        int32_t cnt = epyq_numa_plan_dense_nodes(plan, nodes, 8);
-        epyq_numa_verify_report rep;
-        epyq_err e = {0};
-        epyq_status st = epyq_numa_verify(n->dense.ptr, n->dense_used, nodes, cnt, "dense weights", &rep, &e);
-        *pages += rep.pages, *elsewhere += rep.elsewhere;
-        if (st != EPYQ_OK && first == EPYQ_OK) {
-            first = st;
-            *err = e;
-        }
-    }
-    return first;
+    return EPYQ_OK;
+}
+
+void epyq_model_numa_reads_reset(epyq_model *m) {
+    if (!m->numa) return;
+    memset(m->numa->reads, 0, (size_t)m->numa->n_groups * sizeof *m->numa->reads);
+    m->numa->unpinned = 0;
 }
 
 /* What the plan needs to know of this model: sizes as they will sit in memory. */
@@ -360,8 +282,8 @@ static void numa_model_desc(const epyq_model *m, epyq_numa_model *d) {
     /* everything else a token reads, plus one embedding copy (bf16) */
     uint64_t routed = (uint64_t)m->d.L * (uint64_t)m->d.topk * d->expert_bytes;
     uint64_t active = epyq_model_active_bytes(m);
-    d->dense_bytes =
-        (active > routed ? active - routed : 0) + (uint64_t)m->d.V * (uint64_t)m->d.H * 2u;
+    d->dense_token_bytes = active > routed ? active - routed : 0;
+    d->dense_bytes = d->dense_token_bytes + (uint64_t)m->d.V * (uint64_t)m->d.H * 2u;
 }
 
 epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t slice, epyq_err *err) {
@@ -386,9 +308,14 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
     epyq_status st = epyq_numa_setup_create(&n->setup, &desc, o, stderr, err);
     if (st == EPYQ_OK) {
         n->n_groups = n->setup->plan->n_groups;
-        st = place_experts(m, err);
+        n->reads = calloc((size_t)n->n_groups, sizeof *n->reads);
+        n->bufs_local = calloc((size_t)n->n_groups, sizeof *n->bufs_local);
+        if (!n->reads || !n->bufs_local)
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
     }
-    if (st == EPYQ_OK) st = place_dense(m, err);
+    if (st == EPYQ_OK) st = place_experts(m, err);
+    if (st == EPYQ_OK) st = epyq_numa_dense_place(m, err);
+    if (st == EPYQ_OK && m->n_gdn) st = epyq_numa_heads_init(m, err);
     if (st == EPYQ_OK) {
         epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
                               .top_k = m->d.topk,
@@ -438,11 +365,30 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
     free(xg), free(abuf), free(scratch);
 }
 
+/* The read counters: each expert the batch chose is streamed once by the group holding it. */
+static void count_experts(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t n,
+                          const int32_t *sel) {
+    epyq_model_numa *nm = m->numa;
+    uint64_t seen[16] = {0}; /* moe.c takes at most 1024 experts */
+    for (int32_t i = 0; i < n * m->d.topk; i++) {
+        int32_t e = sel[i];
+        if (e < 0 || e >= 1024 || seen[e >> 6] >> (e & 63) & 1) continue;
+        seen[e >> 6] |= 1ull << (e & 63);
+        int32_t g = nm->setup->plan->expert_group[(size_t)layer * (size_t)m->d.E + (size_t)e];
+        uint64_t b = epyq_rlin_bytes(&mw->gate[e]) + epyq_rlin_bytes(&mw->up[e]) +
+                     epyq_rlin_bytes(&mw->down[e]);
+        if (nm->bufs_local[g]) nm->reads[g].local += b;
+        else
+            nm->reads[g].remote += b;
+    }
+}
+
 epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t T, const float *x,
                               const int32_t *sel, const float *wt, float *y, int32_t ldy, epyq_err *err) {
     const int32_t K = m->d.topk, H = m->d.H;
     for (int32_t t0 = 0; t0 < T; t0 += BATCH_TOKENS) {
         int32_t n = T - t0 < BATCH_TOKENS ? T - t0 : BATCH_TOKENS;
+        count_experts(m, layer, mw, n, sel + (size_t)t0 * K);
         unit_job j = {m, mw, x + (size_t)t0 * H, 0};
         epyq_status st = epyq_moe_dispatch_run(m->numa->disp, layer, n, sel + (size_t)t0 * K, wt + (size_t)t0 * K,
                                                unit_run, &j, y + (size_t)t0 * ldy, ldy, false, err);

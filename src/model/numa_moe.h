@@ -11,8 +11,12 @@
  * logits are bit-identical for any --numa-split and thread count. With moe_slice equal to
  * moe_intermediate_size (one slice) they are also bit-identical to --numa off: the units are
  * then the single-pool path's (expert, 32-token chunk) tasks, summed in the same order.
- * The dense linears move into one buffer interleaved over the plan's nodes (replicate-dense
- * keeps that one interleaved copy for now) and still run on the model's single pool. */
+ * Every dense linear (projections, router, shared-expert gate, lm_head, MTP fc) is cut by
+ * output rows into whole 16-row tiles, one slice per group in proportion to its threads, on
+ * that group's node and computed by its pool; --numa replicate-dense gives every group a whole
+ * copy and each computes the same rows from its own. Outputs are concatenated, never summed,
+ * so the logits keep the one-pool bits. Each layer's shared expert stays whole, on group
+ * (layer mod groups), and runs there for batches of up to 32 tokens (numa_dense.c). */
 #ifndef EPYQ_MODEL_NUMA_MOE_H
 #define EPYQ_MODEL_NUMA_MOE_H
 
@@ -28,6 +32,21 @@ typedef struct epyq_model epyq_model;
  * EPYQ_E_NUMA naming the first group with a misplaced page, EPYQ_E_ARG for a model loaded
  * without a NUMA mode. A plan that binds no memory (--numa numactl) checks nothing. */
 epyq_status epyq_model_numa_verify(const epyq_model *m, size_t *pages, size_t *elsewhere, epyq_err *err);
+
+/* Weight bytes read since the last reset by group `group`'s pool from memory found (move_pages,
+ * at load) on its own node (local) or not (remote: elsewhere, or not verified, as with
+ * --numa numactl); group -1: bytes the model's own unpinned pool read (remote = all of them).
+ * EPYQ_E_ARG for a model without a NUMA mode or a group out of range. */
+epyq_status epyq_model_numa_reads(const epyq_model *m, int32_t group, uint64_t *local,
+                                  uint64_t *remote, epyq_err *err);
+void epyq_model_numa_reads_reset(epyq_model *m);
+
+/* Where a sequence's DeltaNet states are (move_pages): each (layer, value head) block on the
+ * node of the group owning the head, whose pool runs its delta rule. EPYQ_E_ARG without a NUMA
+ * mode, or when the blocks are not whole pages (then they were not bound). */
+typedef struct epyq_seq epyq_seq;
+epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsewhere,
+                                 epyq_err *err);
 
 /* Plan groups (logical nodes) the model runs on; 0 when loaded without a NUMA mode. */
 int32_t epyq_model_numa_groups(const epyq_model *m);

@@ -28,6 +28,17 @@ static float e4m3_to_f32(uint8_t c) {
     return c & 0x80 ? -v : v;
 }
 
+/* The recurrent states, zeroed, page-aligned so that each head's block of whole pages can be
+ * bound to its own node. */
+static float *state_alloc(size_t floats) {
+    size_t bytes;
+    if (!epyq_mul_size(floats ? floats : 1, sizeof(float), &bytes)) return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes) != 0) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
 epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_kv_type kv,
                             epyq_err *err) {
     *out = NULL;
@@ -50,9 +61,16 @@ epyq_status epyq_seq_create(epyq_seq **out, epyq_model *m, int32_t n_ctx, epyq_k
     if (ok && m->n_gdn) {
         s->conv = epyq_model_alloc((size_t)m->n_gdn * (size_t)(m->d.Kc - 1 > 0 ? m->d.Kc - 1 : 1),
                                    (size_t)m->d.conv_dim * sizeof(float));
-        s->S =
-            epyq_model_alloc((size_t)m->n_gdn * m->d.Hv, (size_t)m->d.Dk * m->d.Dv * sizeof(float));
+        s->S = state_alloc((size_t)m->n_gdn * m->d.Hv * m->d.Dk * m->d.Dv);
         ok = s->conv && s->S;
+    }
+    /* NUMA mode: each head's state on the node whose pool updates it (numa_state.c) */
+    if (ok && m->n_gdn) {
+        epyq_status st = epyq_numa_state_place(m, s->S, err);
+        if (st != EPYQ_OK) {
+            epyq_seq_free(s);
+            return st;
+        }
     }
     if (!ok) {
         epyq_seq_free(s);

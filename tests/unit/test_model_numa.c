@@ -24,6 +24,7 @@
 #define INTER 512 /* routed experts' intermediate size: 4 slices of 128 */
 
 static char *model_dir; /* the synthetic checkpoint, written once */
+static int32_t chunk_min; /* gdn_chunk_min of the runs: 0 = the recurrent delta rule only */
 
 /* A tiny ct checkpoint with wider experts, so the NUMA units really slice them. */
 static void write_model(void) {
@@ -41,11 +42,18 @@ static void write_model(void) {
     ck_assert_msg(epyq_synth_write(&o, &st, &err) == EPYQ_OK, "%s", err.msg);
 }
 
-/* Prompt logits, then greedy decode steps: [N_PROMPT + N_DECODE][vocab]. numa NULL = off. */
-static float *run(const epyq_numa_opts *numa, int32_t slice, int32_t *vocab, int32_t *groups) {
+/* Prompt logits, then greedy decode steps: [N_PROMPT + N_DECODE][vocab]. numa NULL = off.
+ * rq: --requant for the lm_head and the dense 16-bit linears (NONE: exact). */
+static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq, int32_t *vocab,
+                     int32_t *groups) {
     epyq_err err = {0};
     epyq_model *m = NULL;
-    epyq_model_opts mo = {.n_threads = 2, .skip_mtp = true, .numa = numa, .moe_slice = slice};
+    epyq_model_opts mo = {.n_threads = 2,
+                          .skip_mtp = true,
+                          .numa = numa,
+                          .moe_slice = slice,
+                          .requant_lm_head = rq,
+                          .requant_dense = rq};
     ck_assert_msg(epyq_model_load(&m, model_dir, &mo, &err) == EPYQ_OK, "%s", err.msg);
     int32_t V = epyq_model_config(m)->vocab_size;
     *vocab = V;
@@ -53,6 +61,12 @@ static float *run(const epyq_numa_opts *numa, int32_t slice, int32_t *vocab, int
     ck_assert_ptr_nonnull(lg);
     epyq_seq *s = NULL;
     ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
+    size_t pages = 0, elsewhere = 0;
+    if (numa) { /* every head's state block on its owner's node */
+        ck_assert_msg(epyq_seq_numa_verify(s, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(pages > 0 && elsewhere == 0, "%zu state pages, %zu elsewhere", pages,
+                      elsewhere);
+    }
     int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41};
     epyq_seq *seqs[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
@@ -70,9 +84,28 @@ static float *run(const epyq_numa_opts *numa, int32_t slice, int32_t *vocab, int
     /* the last decode step's routed work reached every logical node (16 experts, top-8) */
     for (int32_t g = 0; numa && g < *groups; g++)
         ck_assert_msg(epyq_model_numa_units(m, g) > 0, "node %d of %d ran no expert", (int)g, (int)*groups);
+    /* every node's pool read weights, all from its own node (this machine: every logical node
+     * is OS node 0, where move_pages found every page); nothing ran on the unpinned pool */
+    for (int32_t g = 0; numa && g < *groups; g++) {
+        uint64_t local = 0, remote = 0;
+        ck_assert_msg(epyq_model_numa_reads(m, g, &local, &remote, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(local > 0 && remote == 0, "node %d read %llu local, %llu remote bytes",
+                      (int)g, (unsigned long long)local, (unsigned long long)remote);
+    }
+    if (numa) {
+        uint64_t local = 0, remote = 0;
+        ck_assert_int_eq(epyq_model_numa_reads(m, -1, &local, &remote, &err), EPYQ_OK);
+        ck_assert_msg(remote == 0, "the unpinned pool read %llu weight bytes",
+                      (unsigned long long)remote);
+        ck_assert_int_eq(epyq_model_numa_reads(m, *groups, &local, &remote, &err), EPYQ_E_ARG);
+    }
     epyq_seq_free(s);
     epyq_model_free(m);
     return lg;
+}
+
+static float *run(const epyq_numa_opts *numa, int32_t slice, int32_t *vocab, int32_t *groups) {
+    return run_rq(numa, slice, EPYQ_REQUANT_NONE, vocab, groups);
 }
 
 static epyq_numa_opts split_opts(int32_t split) {
@@ -81,6 +114,49 @@ static epyq_numa_opts split_opts(int32_t split) {
     o.split = split; /* threads: the default, one per core of each logical node (they share cores) */
     return o;
 }
+
+/* Dense linears split by rows over the nodes (auto/distribute) or copied to each
+ * (replicate-dense): the logits are --numa off's bits for split 1, 2 and 4 with whole experts,
+ * with the dense 16-bit linears exact, requantised to int4 (one plane) or int8 (two planes). */
+START_TEST(test_dense_modes_bit_identical) {
+    write_model();
+    const epyq_requant rqs[] = {EPYQ_REQUANT_NONE, EPYQ_REQUANT_INT4, EPYQ_REQUANT_INT8};
+    const epyq_numa_mode modes[] = {EPYQ_NUMA_DISTRIBUTE, EPYQ_NUMA_REPLICATE_DENSE};
+    const int32_t splits[] = {1, 2, 4};
+    for (int r = 0; r < 3; r++) {
+        int32_t V, G;
+        float *off = run_rq(NULL, 0, rqs[r], &V, &G);
+        size_t bytes = (size_t)(N_PROMPT + N_DECODE) * V * sizeof(float);
+        for (int mi = 0; mi < 2; mi++)
+            for (int i = 0; i < 3; i++) {
+                epyq_numa_opts o = split_opts(splits[i]);
+                o.mode = modes[mi];
+                float *lg = run_rq(&o, INTER, rqs[r], &V, &G);
+                ck_assert_int_eq(G, splits[i]);
+                ck_assert_msg(!memcmp(lg, off, bytes),
+                              "--numa %s --numa-split %d (requant %s) differs from --numa off",
+                              epyq_numa_mode_name(modes[mi]), (int)splits[i],
+                              epyq_requant_name(rqs[r]));
+                free(lg);
+            }
+        free(off);
+    }
+    /* the chunked delta rule too: its per-worker workspace is numbered over all node pools */
+    chunk_min = 4;
+    int32_t V, G;
+    float *off = run(NULL, 0, &V, &G);
+    size_t bytes = (size_t)(N_PROMPT + N_DECODE) * V * sizeof(float);
+    for (int i = 0; i < 3; i++) {
+        epyq_numa_opts o = split_opts(splits[i]);
+        float *lg = run(&o, INTER, &V, &G);
+        ck_assert_msg(!memcmp(lg, off, bytes),
+                      "chunked DeltaNet, --numa-split %d differs from --numa off", (int)splits[i]);
+        free(lg);
+    }
+    free(off);
+    chunk_min = 0;
+}
+END_TEST
 
 START_TEST(test_split_bit_identical) {
     write_model();
@@ -184,8 +260,9 @@ START_TEST(test_cli_splits) {
     snprintf(errf, sizeof errf, "%s/stderr.txt", model_dir);
     size_t n0 = 0, n = 0;
     char *first = NULL;
-    const char *flags[] = {"--numa-split 1", "--numa-split 2", "--numa-split 4 --numa distribute"};
-    for (int i = 0; i < 3; i++) {
+    const char *flags[] = {"--numa-split 1", "--numa-split 2", "--numa-split 4 --numa distribute",
+                           "--numa-split 2 --numa replicate-dense"};
+    for (int i = 0; i < 4; i++) {
         snprintf(out, sizeof out, "%s/logits%d.f32", model_dir, i);
         ck_assert_int_eq(cli(flags[i], out, errf), 0);
         char *b = slurp(out, &n);
@@ -216,10 +293,19 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_numa");
-    TCase *tc = epyq_test_case(s, "numa", 120);
-    EPYQ_TESTS_ADD(tc, test_split_bit_identical, test_placement_verified, test_missing_node_error,
-                   test_cli_splits);
-    int failed = epyq_test_failures(s, true);
+    TCase *tc = tcase_create("numa");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_split_bit_identical);
+    tcase_add_test(tc, test_dense_modes_bit_identical);
+    tcase_add_test(tc, test_placement_verified);
+    tcase_add_test(tc, test_missing_node_error);
+    tcase_add_test(tc, test_cli_splits);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
     free(model_dir);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

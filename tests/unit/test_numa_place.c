@@ -121,6 +121,29 @@ START_TEST(test_interleaved_and_unbound) {
 }
 END_TEST
 
+/* Memory that is not an epyq_numa_buf (a sequence's states): its whole pages are bound, and
+ * moved when already touched; a node that does not exist is an error naming it. */
+START_TEST(test_bind_range) {
+    int32_t node = home_node();
+    epyq_err err = {0};
+    void *p = NULL;
+    ck_assert_int_eq(posix_memalign(&p, 4096, 16 * 4096), 0);
+    memset(p, 3, 16 * 4096); /* touched first: the binding has to move, not just place */
+    ck_assert_msg(epyq_numa_bind_range(p, 16 * 4096, node, "state", &err) == EPYQ_OK, "%s",
+                  err.msg);
+    epyq_numa_verify_report rep;
+    ck_assert_int_eq(epyq_numa_verify(p, 16 * 4096, &node, 1, "state", &rep, &err), EPYQ_OK);
+    ck_assert_uint_eq(rep.pages, 16);
+    ck_assert_uint_eq(rep.on_node, 16);
+    /* less than a whole page: nothing to bind, no error */
+    ck_assert_int_eq(epyq_numa_bind_range((uint8_t *)p + 100, 200, node, "state", &err), EPYQ_OK);
+    ck_assert_int_eq(epyq_numa_bind_range(p, 4096, 1000, "DeltaNet state of layer 2 head 5", &err),
+                     EPYQ_E_NUMA);
+    ck_assert_msg(strstr(err.msg, "node 1000") && strstr(err.msg, "layer 2 head 5"), "%s", err.msg);
+    free(p);
+}
+END_TEST
+
 START_TEST(test_fill_reports_first_failure) {
     int32_t node = home_node();
     epyq_pool *pool = pool_on(node);
@@ -264,6 +287,7 @@ static Suite *place_suite(void) {
     tcase_add_test(tc, test_bound_fill_and_verify);
     tcase_add_test(tc, test_interleaved_and_unbound);
     tcase_add_test(tc, test_fill_reports_first_failure);
+    tcase_add_test(tc, test_bind_range);
     tcase_add_test(tc, test_bad_nodes);
     tcase_add_test(tc, test_sys_check);
     tcase_add_test(tc, test_rt_pools_from_plans);

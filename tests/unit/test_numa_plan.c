@@ -250,8 +250,19 @@ START_TEST(test_plan_nps4_full_model) {
         for (int32_t g = 0; g < 8; g++) ck_assert_int_eq(cnt[g], 32);
     }
     uint64_t dense = 0;
-    for (int32_t g = 0; g < 8; g++) dense += p->groups[g].dense_bytes;
+    double dense_tok = 0.0;
+    for (int32_t g = 0; g < 8; g++) {
+        /* rows cut by threads (8 each): one eighth of the dense bytes per node, both columns shown
+         */
+        ck_assert_uint_eq(p->groups[g].dense_bytes, p->groups[g].dense_split);
+        ck_assert_uint_eq(p->groups[g].dense_copy, m.dense_bytes);
+        ck_assert(p->groups[g].dense_split + 1 >= m.dense_bytes / 8 &&
+                  p->groups[g].dense_split <= m.dense_bytes / 8 + 8);
+        dense += p->groups[g].dense_bytes;
+        dense_tok += p->groups[g].dense_traffic;
+    }
     ck_assert_uint_eq(dense, m.dense_bytes);
+    ck_assert_double_eq_tol(dense_tok, (double)m.dense_token_bytes, 1.0);
     check_no_node_over_memory(p);
     ck_assert_msg(strstr(p->notes, "dense weights are 78% of the bytes read per token") &&
                       strstr(p->notes, "replicate-dense"), "%s", p->notes);
@@ -594,6 +605,33 @@ START_TEST(test_plan_memory_checks) {
 }
 END_TEST
 
+/* NPS1-like 2 nodes of 10 GiB: the row split (7.73 GiB experts + 1.31 GiB dense a node) fits,
+ * a dense copy per node (2.62 GiB each) does not, and the refusal gives the numbers. */
+START_TEST(test_replicate_memory_refused) {
+    epyq_topo *t = load("pack:2 numa:1(memory=10GiB) core:8 pu:1");
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.mode = EPYQ_NUMA_DISTRIBUTE;
+    epyq_numa_plan *p = plan(t, &m, &o);
+    ck_assert_int_eq(p->n_groups, 2);
+    for (int32_t g = 0; g < 2; g++) {
+        ck_assert_uint_eq(p->groups[g].dense_bytes, p->groups[g].dense_split);
+        ck_assert_uint_eq(p->groups[g].dense_copy, m.dense_bytes);
+    }
+    epyq_numa_plan_free(p);
+    o.mode = EPYQ_NUMA_REPLICATE_DENSE;
+    epyq_err err = {0};
+    ck_assert_int_eq(plan_err(t, &m, &o, &err), EPYQ_E_NOMEM);
+    ck_assert_msg(strstr(err.msg, "node 0 needs") && strstr(err.msg, "dense 2.62 GiB") &&
+                      strstr(err.msg, "but has"),
+                  "%s", err.msg);
+    ck_assert_ptr_null(strchr(err.msg, '\n'));
+    epyq_topo_free(t);
+}
+END_TEST
+
 START_TEST(test_opts_parse_and_env) {
     epyq_numa_opts o;
     epyq_numa_opts_init(&o);
@@ -781,6 +819,7 @@ static Suite *plan_suite(void) {
     tcase_add_test(tc, test_plan_impossible_requests);
     tcase_add_test(tc, test_plan_memory_checks);
     tcase_add_test(tc, test_plan_small_nodes);
+    tcase_add_test(tc, test_replicate_memory_refused);
     tcase_add_test(tc, test_opts_parse_and_env);
     tcase_add_test(tc, test_inspect_numa_cli);
     suite_add_tcase(s, tc);
