@@ -23,8 +23,9 @@ void epyq_image_free(epyq_image *im) {
 }
 
 static epyq_status too_big(epyq_err *err, const char *label, uint64_t w, uint64_t h, uint64_t cap) {
-    return epyq_err_set(err, EPYQ_E_FORMAT, "%s: image of %llu x %llu pixels: at most %llu pixels are decoded",
-                        label, (unsigned long long)w, (unsigned long long)h, (unsigned long long)cap);
+    return epyq_err_set(err, EPYQ_E_FORMAT,
+                        "%s: image of %llu x %llu pixels: at most %llu pixels are decoded", label,
+                        (unsigned long long)w, (unsigned long long)h, (unsigned long long)cap);
 }
 
 /* ---- PNG */
@@ -170,7 +171,8 @@ static epyq_status decode_jpeg(epyq_image *out, const uint8_t *data, size_t len,
     }
     if (ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK) {
         jpeg_destroy_decompress(&ci);
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: CMYK JPEG: only greyscale and YCbCr/RGB JPEGs are supported",
+        return epyq_err_set(err, EPYQ_E_FORMAT,
+                            "%s: CMYK JPEG: only greyscale and YCbCr/RGB JPEGs are supported",
                             label);
     }
     ci.out_color_space = JCS_RGB;
@@ -179,13 +181,14 @@ static epyq_status decode_jpeg(epyq_image *out, const uint8_t *data, size_t len,
     ci.do_fancy_upsampling = TRUE;
     jpeg_start_decompress(&ci);
     if (ci.output_components != 3 || ci.output_width != w || ci.output_height != h) {
-        snprintf(je.msg, sizeof je.msg, "unexpected output layout (%d components)", ci.output_components);
+        snprintf(je.msg, sizeof je.msg, "unexpected output layout (%d components)",
+                 ci.output_components);
         longjmp(je.jb, 1);
     }
     rgb = malloc((size_t)w * h * 3);
     if (!rgb) {
-        snprintf(je.msg, sizeof je.msg, "out of memory for %llu x %llu pixels", (unsigned long long)w,
-                 (unsigned long long)h);
+        snprintf(je.msg, sizeof je.msg, "out of memory for %llu x %llu pixels",
+                 (unsigned long long)w, (unsigned long long)h);
         longjmp(je.jb, 1);
     }
     while (ci.output_scanline < ci.output_height) {
@@ -196,7 +199,8 @@ static epyq_status decode_jpeg(epyq_image *out, const uint8_t *data, size_t len,
     jpeg_destroy_decompress(&ci);
     if (je.warned) {
         free(rgb);
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: corrupt or truncated JPEG: %s", label, je.warn);
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: corrupt or truncated JPEG: %s", label,
+                            je.warn);
     }
     out->w = (int32_t)w, out->h = (int32_t)h, out->rgb = rgb;
     return EPYQ_OK;
@@ -211,13 +215,16 @@ epyq_status epyq_image_decode(epyq_image *out, const uint8_t *data, size_t len, 
     if (len >= 8 && !memcmp(data, png_sig, 8)) return decode_png(out, data, len, label, cap, err);
     if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
         return decode_jpeg(out, data, len, label, cap, err);
-    if (len == 0) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: empty file: expected a PNG or JPEG image", label);
-    const char *what = len >= 4 && !memcmp(data, "GIF8", 4)                        ? "a GIF"
-                       : len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4) ? "a WebP"
-                       : len >= 2 && !memcmp(data, "BM", 2)                          ? "a BMP"
-                                                                                     : "not an image";
-    return epyq_err_set(err, EPYQ_E_FORMAT, "%s: unsupported format (%s): expected a PNG or JPEG image", label,
-                        what);
+    if (len == 0)
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: empty file: expected a PNG or JPEG image",
+                            label);
+    const char *what = len >= 4 && !memcmp(data, "GIF8", 4) ? "a GIF"
+                       : len >= 12 && !memcmp(data, "RIFF", 4) && !memcmp(data + 8, "WEBP", 4)
+                           ? "a WebP"
+                       : len >= 2 && !memcmp(data, "BM", 2) ? "a BMP"
+                                                            : "not an image";
+    return epyq_err_set(err, EPYQ_E_FORMAT,
+                        "%s: unsupported format (%s): expected a PNG or JPEG image", label, what);
 }
 
 epyq_status epyq_image_load(epyq_image *out, const char *path, epyq_err *err) {

@@ -9,17 +9,19 @@
 #include "load/json.h"
 #include "vision/preproc.h"
 
-static epyq_status get_triple(const cJSON *o, const char *key, double *v, const char *label, epyq_err *err) {
+static epyq_status get_triple(const cJSON *o, const char *key, double *v, const char *label,
+                              epyq_err *err) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!a) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s: missing (expected 3 numbers)", label, key);
+    if (!a)
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s: missing (expected 3 numbers)", label, key);
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s: expected an array of 3 numbers, found %s", label, key,
-                            epyq_json_type_name(a));
+        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s: expected an array of 3 numbers, found %s",
+                            label, key, epyq_json_type_name(a));
     for (int i = 0; i < 3; i++) {
         const cJSON *it = cJSON_GetArrayItem(a, i);
         if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s[%d]: expected a number, found %s", label, key, i,
-                                epyq_json_type_name(it));
+            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s[%d]: expected a number, found %s",
+                                label, key, i, epyq_json_type_name(it));
         v[i] = it->valuedouble;
     }
     return EPYQ_OK;
@@ -32,7 +34,9 @@ static epyq_status pp_fill(epyq_vision_pp *pp, const cJSON *o, const char *label
         const char *key;
         int32_t *dst;
         int64_t hi;
-    } ints[] = {{"patch_size", &pp->patch, 64}, {"temporal_patch_size", &pp->temporal, 8}, {"merge_size", &pp->merge, 8}};
+    } ints[] = {{"patch_size", &pp->patch, 64},
+                {"temporal_patch_size", &pp->temporal, 8},
+                {"merge_size", &pp->merge, 8}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         TRY(epyq_json_get_int(o, ints[i].key, 1, ints[i].hi, &v, &found, label, err));
         if (!found) return epyq_err_set(err, EPYQ_E_FORMAT, "%s: %s: missing", label, ints[i].key);
@@ -42,14 +46,21 @@ static epyq_status pp_fill(epyq_vision_pp *pp, const cJSON *o, const char *label
     const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "size");
     bool fmin = false, fmax = false;
     if (size && cJSON_IsObject(size)) {
-        TRY(epyq_json_get_int(size, "shortest_edge", 1, EPYQ_JSON_INT_MAX, &pp->min_pixels, &fmin, label, err));
-        TRY(epyq_json_get_int(size, "longest_edge", 1, EPYQ_JSON_INT_MAX, &pp->max_pixels, &fmax, label, err));
+        TRY(epyq_json_get_int(size, "shortest_edge", 1, EPYQ_JSON_INT_MAX, &pp->min_pixels, &fmin,
+                              label, err));
+        TRY(epyq_json_get_int(size, "longest_edge", 1, EPYQ_JSON_INT_MAX, &pp->max_pixels, &fmax,
+                              label, err));
     }
-    if (!fmin) TRY(epyq_json_get_int(o, "min_pixels", 1, EPYQ_JSON_INT_MAX, &pp->min_pixels, &fmin, label, err));
-    if (!fmax) TRY(epyq_json_get_int(o, "max_pixels", 1, EPYQ_JSON_INT_MAX, &pp->max_pixels, &fmax, label, err));
+    if (!fmin)
+        TRY(epyq_json_get_int(o, "min_pixels", 1, EPYQ_JSON_INT_MAX, &pp->min_pixels, &fmin, label,
+                              err));
+    if (!fmax)
+        TRY(epyq_json_get_int(o, "max_pixels", 1, EPYQ_JSON_INT_MAX, &pp->max_pixels, &fmax, label,
+                              err));
     if (!fmin || !fmax)
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: expected size.shortest_edge and size.longest_edge (min/max pixels)",
-                            label);
+        return epyq_err_set(
+            err, EPYQ_E_FORMAT,
+            "%s: expected size.shortest_edge and size.longest_edge (min/max pixels)", label);
     if (pp->min_pixels > pp->max_pixels)
         return epyq_err_set(err, EPYQ_E_FORMAT, "%s: min pixels %lld above max pixels %lld", label,
                             (long long)pp->min_pixels, (long long)pp->max_pixels);
@@ -63,17 +74,19 @@ static epyq_status pp_fill(epyq_vision_pp *pp, const cJSON *o, const char *label
     TRY(get_triple(o, "image_std", pp->std, label, err));
     for (int i = 0; i < 3; i++)
         if (!(pp->std[i] > 0.0))
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: image_std[%d] = %g: expected > 0", label, i, pp->std[i]);
+            return epyq_err_set(err, EPYQ_E_FORMAT, "%s: image_std[%d] = %g: expected > 0", label,
+                                i, pp->std[i]);
     int64_t rs = 3;
     TRY(epyq_json_get_int(o, "resample", 0, 5, &rs, NULL, label, err));
     if (rs != 3) /* PIL's numbering: 3 = BICUBIC, the only one Qwen uses */
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: resample %lld: only 3 (bicubic) is implemented", label,
+        return epyq_err_set(err, EPYQ_E_FORMAT,
+                            "%s: resample %lld: only 3 (bicubic) is implemented", label,
                             (long long)rs);
     return EPYQ_OK;
 }
 
-epyq_status epyq_vision_pp_parse(epyq_vision_pp *pp, const char *json, size_t len, const char *label,
-                                 epyq_err *err) {
+epyq_status epyq_vision_pp_parse(epyq_vision_pp *pp, const char *json, size_t len,
+                                 const char *label, epyq_err *err) {
     memset(pp, 0, sizeof *pp);
     cJSON *o = NULL;
     TRY(epyq_json_parse(&o, json, len, label, err));
@@ -95,12 +108,12 @@ epyq_status epyq_vision_pp_load(epyq_vision_pp *pp, const char *dir, epyq_err *e
 epyq_status epyq_vision_smart_resize(int64_t h, int64_t w, int32_t factor, int64_t min_pixels,
                                      int64_t max_pixels, int32_t *oh, int32_t *ow, epyq_err *err) {
     if (h < 1 || w < 1 || factor < 1)
-        return epyq_err_set(err, EPYQ_E_ARG, "image of %lld x %lld pixels: expected positive sides", (long long)w,
-                            (long long)h);
+        return epyq_err_set(err, EPYQ_E_ARG, "image of %lld x %lld pixels: expected positive sides",
+                            (long long)w, (long long)h);
     double hd = (double)h, wd = (double)w, f = factor;
     if ((h > w ? hd / wd : wd / hd) > 200.0)
-        return epyq_err_set(err, EPYQ_E_ARG, "image of %lld x %lld pixels: aspect ratio above 200", (long long)w,
-                            (long long)h);
+        return epyq_err_set(err, EPYQ_E_ARG, "image of %lld x %lld pixels: aspect ratio above 200",
+                            (long long)w, (long long)h);
     /* Python's round() is half-to-even: nearbyint in the default rounding mode */
     double hb = nearbyint(hd / f) * f, wb = nearbyint(wd / f) * f;
     if (hb * wb > (double)max_pixels) {
@@ -113,8 +126,10 @@ epyq_status epyq_vision_smart_resize(int64_t h, int64_t w, int32_t factor, int64
         wb = ceil(wd * beta / f) * f;
     }
     if (hb < f || wb < f || hb > 1 << 20 || wb > 1 << 20)
-        return epyq_err_set(err, EPYQ_E_ARG, "image of %lld x %lld pixels: resized to %.0f x %.0f: expected sides in [%d, 2^20]",
-                            (long long)w, (long long)h, wb, hb, factor);
+        return epyq_err_set(
+            err, EPYQ_E_ARG,
+            "image of %lld x %lld pixels: resized to %.0f x %.0f: expected sides in [%d, 2^20]",
+            (long long)w, (long long)h, wb, hb, factor);
     *oh = (int32_t)hb, *ow = (int32_t)wb;
     return EPYQ_OK;
 }
@@ -163,7 +178,8 @@ static epyq_status taps_make(taps *t, int32_t in, int32_t out, epyq_err *err) {
         for (int32_t j = 0; j < n; j++) {
             double v = sum != 0.0 ? w[j] / sum : w[j];
             /* round half away from zero, as a C cast of v * 2^22 +- 0.5 does */
-            t->k[(size_t)o * t->ksize + j] = (int32_t)(v < 0 ? v * (1 << PREC) - 0.5 : v * (1 << PREC) + 0.5);
+            t->k[(size_t)o * t->ksize + j] =
+                (int32_t)(v < 0 ? v * (1 << PREC) - 0.5 : v * (1 << PREC) + 0.5);
         }
         t->lo[o] = a, t->cnt[o] = n;
     }
@@ -176,10 +192,11 @@ static uint8_t clip8(int64_t acc) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-epyq_status epyq_vision_resize_bicubic(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst, int32_t dw,
-                                       int32_t dh, epyq_err *err) {
+epyq_status epyq_vision_resize_bicubic(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst,
+                                       int32_t dw, int32_t dh, epyq_err *err) {
     if (sw < 1 || sh < 1 || dw < 1 || dh < 1)
-        return epyq_err_set(err, EPYQ_E_ARG, "resize %dx%d -> %dx%d: expected positive sizes", sw, sh, dw, dh);
+        return epyq_err_set(err, EPYQ_E_ARG, "resize %dx%d -> %dx%d: expected positive sizes", sw,
+                            sh, dw, dh);
     taps tx = {0}, ty = {0};
     TRY(taps_make(&tx, sw, dw, err));
     epyq_status st = taps_make(&ty, sh, dh, err);
@@ -232,10 +249,13 @@ epyq_status epyq_vision_patchify(const epyq_vision_pp *pp, const uint8_t *rgb, i
     memset(out, 0, sizeof *out);
     int32_t p = pp->patch, T = pp->temporal, m = pp->merge, f = p * m;
     if (h % f || w % f)
-        return epyq_err_set(err, EPYQ_E_ARG, "image of %d x %d: sides must be multiples of %d (patch x merge)", w, h, f);
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "image of %d x %d: sides must be multiples of %d (patch x merge)", w, h,
+                            f);
     int32_t gh = h / p, gw = w / p, cols = 3 * T * p * p;
     float *pix = malloc((size_t)gh * gw * cols * sizeof(float));
-    if (!pix) return epyq_err_set(err, EPYQ_E_NOMEM, "patches of a %d x %d image: out of memory", w, h);
+    if (!pix)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "patches of a %d x %d image: out of memory", w, h);
     double lut[3][256]; /* value of each level per channel */
     for (int c = 0; c < 3; c++)
         for (int u = 0; u < 256; u++) {
@@ -246,17 +266,21 @@ epyq_status epyq_vision_patchify(const epyq_vision_pp *pp, const uint8_t *rgb, i
         for (int32_t bw = 0; bw < gw / m; bw++)
             for (int32_t ih = 0; ih < m; ih++)
                 for (int32_t iw = 0; iw < m; iw++) {
-                    int32_t row = ((bh * (gw / m) + bw) * m + ih) * m + iw, r = bh * m + ih, cc = bw * m + iw;
+                    int32_t row = ((bh * (gw / m) + bw) * m + ih) * m + iw, r = bh * m + ih,
+                            cc = bw * m + iw;
                     float *o = pix + (size_t)row * cols;
                     for (int c = 0; c < 3; c++)
                         for (int32_t t = 0; t < T; t++) /* a still image: every frame is the same */
                             for (int32_t py = 0; py < p; py++)
                                 for (int32_t px = 0; px < p; px++) {
-                                    uint8_t u = rgb[(((size_t)r * p + py) * w + (size_t)cc * p + px) * 3 + c];
+                                    uint8_t u =
+                                        rgb[(((size_t)r * p + py) * w + (size_t)cc * p + px) * 3 +
+                                            c];
                                     o[((c * T + t) * p + py) * p + px] = (float)lut[c][u];
                                 }
                 }
-    out->gh = gh, out->gw = gw, out->h = h, out->w = w, out->n = gh * gw, out->cols = cols, out->pix = pix;
+    out->gh = gh, out->gw = gw, out->h = h, out->w = w, out->n = gh * gw, out->cols = cols,
+    out->pix = pix;
     return EPYQ_OK;
 }
 
@@ -265,12 +289,15 @@ epyq_status epyq_vision_prepare(const epyq_vision_pp *pp, const epyq_image *im, 
     memset(out, 0, sizeof *out);
     int32_t f = pp->patch * pp->merge, th = im->h, tw = im->w;
     if (pp->do_resize) {
-        epyq_status st = epyq_vision_smart_resize(im->h, im->w, f, pp->min_pixels, pp->max_pixels, &th, &tw, err);
+        epyq_status st = epyq_vision_smart_resize(im->h, im->w, f, pp->min_pixels, pp->max_pixels,
+                                                  &th, &tw, err);
         if (st != EPYQ_OK) return epyq_err_prefix(err, "%s: ", label ? label : "image");
     }
     if (th == im->h && tw == im->w) return epyq_vision_patchify(pp, im->rgb, th, tw, out, err);
     uint8_t *rs = malloc((size_t)th * tw * 3);
-    if (!rs) return epyq_err_set(err, EPYQ_E_NOMEM, "%s: resize to %d x %d: out of memory", label, tw, th);
+    if (!rs)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "%s: resize to %d x %d: out of memory", label, tw,
+                            th);
     epyq_status st = epyq_vision_resize_bicubic(im->rgb, im->w, im->h, rs, tw, th, err);
     if (st == EPYQ_OK) st = epyq_vision_patchify(pp, rs, th, tw, out, err);
     free(rs);

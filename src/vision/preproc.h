@@ -20,15 +20,15 @@ typedef struct {
     int32_t patch, temporal, merge; /* patch_size 16, temporal_patch_size 2, merge_size 2 */
     int64_t min_pixels, max_pixels; /* size.shortest_edge / longest_edge (or min_/max_pixels) */
     bool do_resize, do_rescale, do_normalize;
-    double rescale;                 /* rescale_factor 1/255 */
-    double mean[3], std[3];         /* image_mean, image_std */
+    double rescale;         /* rescale_factor 1/255 */
+    double mean[3], std[3]; /* image_mean, image_std */
 } epyq_vision_pp;
 
 /* Read dir/preprocessor_config.json. */
 epyq_status epyq_vision_pp_load(epyq_vision_pp *pp, const char *dir, epyq_err *err);
 /* Parse the file's text (tests, fuzzing). label names it in messages. */
-epyq_status epyq_vision_pp_parse(epyq_vision_pp *pp, const char *json, size_t len, const char *label,
-                                 epyq_err *err);
+epyq_status epyq_vision_pp_parse(epyq_vision_pp *pp, const char *json, size_t len,
+                                 const char *label, epyq_err *err);
 
 /* smart_resize(h, w): sides rounded to multiples of factor, scaled into [min, max] pixels with
  * the aspect ratio kept (the newest HF rule: the shrinking branch keeps each side >= factor).
@@ -37,16 +37,16 @@ epyq_status epyq_vision_smart_resize(int64_t h, int64_t w, int32_t factor, int64
                                      int64_t max_pixels, int32_t *oh, int32_t *ow, epyq_err *err);
 
 /* Pillow BICUBIC resize of src [sh][sw][3] to dst [dh][dw][3] (RGB8). */
-epyq_status epyq_vision_resize_bicubic(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst, int32_t dw,
-                                       int32_t dh, epyq_err *err);
+epyq_status epyq_vision_resize_bicubic(const uint8_t *src, int32_t sw, int32_t sh, uint8_t *dst,
+                                       int32_t dw, int32_t dh, epyq_err *err);
 
 /* One image ready for the tower. */
 typedef struct {
-    int32_t gh, gw;   /* grid of patches: h / patch, w / patch (image_grid_thw = [1, gh, gw]) */
-    int32_t h, w;     /* the resized size */
-    int32_t n;        /* gh * gw patches */
-    int32_t cols;     /* 3 * temporal * patch * patch = 1536 */
-    float *pix;       /* [n][cols] normalised patches in the processor's order, owned */
+    int32_t gh, gw; /* grid of patches: h / patch, w / patch (image_grid_thw = [1, gh, gw]) */
+    int32_t h, w;   /* the resized size */
+    int32_t n;      /* gh * gw patches */
+    int32_t cols;   /* 3 * temporal * patch * patch = 1536 */
+    float *pix;     /* [n][cols] normalised patches in the processor's order, owned */
 } epyq_vision_input;
 
 /* The patch matrix of an RGB8 image that already has the target size: the image repeated to

@@ -31,7 +31,8 @@ static void img_buf_flush(png_structp png) { (void)png; }
 /* PNG of w x h pixels with `ch` channels of `depth` bits (8 or 16) given as 8-bit samples
  * px [h][w][ch] (16-bit samples are v * 257); color type from ch: 1 grey, 2 grey+alpha, 3 RGB,
  * 4 RGBA. interlace: Adam7. */
-static inline uint8_t *img_png(const uint8_t *px, int w, int h, int ch, int depth, int interlace, size_t *len) {
+static inline uint8_t *img_png(const uint8_t *px, int w, int h, int ch, int depth, int interlace,
+                               size_t *len) {
     static const int ct[5] = {0, PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB,
                               PNG_COLOR_TYPE_RGB_ALPHA};
     img_buf b = {0};
@@ -50,7 +51,8 @@ static inline uint8_t *img_png(const uint8_t *px, int w, int h, int ch, int dept
         for (int i = 0; i < w * ch; i++) {
             uint8_t v = px[(size_t)y * w * ch + i];
             if (depth == 16) rp[y][2 * i] = v, rp[y][2 * i + 1] = v;
-            else rp[y][i] = v;
+            else
+                rp[y][i] = v;
         }
     }
     png_write_image(png, rp);
@@ -62,7 +64,8 @@ static inline uint8_t *img_png(const uint8_t *px, int w, int h, int ch, int dept
 }
 
 /* JPEG (quality q) of px [h][w][ch]: ch 3 = RGB, 1 = grey, 4 = CMYK. */
-static inline uint8_t *img_jpeg(const uint8_t *px, int w, int h, int ch, int q, int progressive, size_t *len) {
+static inline uint8_t *img_jpeg(const uint8_t *px, int w, int h, int ch, int q, int progressive,
+                                size_t *len) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
@@ -96,7 +99,8 @@ static inline uint32_t img_crc32(const uint8_t *p, size_t n) {
 }
 
 static inline void img_be32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+    p[3] = (uint8_t)v;
 }
 
 /* Rewrite a PNG's IHDR size (the first chunk, at offset 8) and fix its CRC. */
@@ -110,7 +114,8 @@ static inline void img_png_set_size(uint8_t *png, uint32_t w, uint32_t h) {
 static inline int img_jpeg_set_size(uint8_t *j, size_t n, uint16_t w, uint16_t h) {
     for (size_t i = 2; i + 9 < n; i++)
         if (j[i] == 0xff && (j[i + 1] == 0xc0 || j[i + 1] == 0xc2)) {
-            j[i + 5] = (uint8_t)(h >> 8), j[i + 6] = (uint8_t)h, j[i + 7] = (uint8_t)(w >> 8), j[i + 8] = (uint8_t)w;
+            j[i + 5] = (uint8_t)(h >> 8), j[i + 6] = (uint8_t)h, j[i + 7] = (uint8_t)(w >> 8),
+                  j[i + 8] = (uint8_t)w;
             return 1;
         }
     return 0;
@@ -122,7 +127,8 @@ static inline uint8_t *img_pattern(int w, int h, int ch) {
     for (int y = 0; y < h; y++)
         for (int x = 0; x < w; x++)
             for (int c = 0; c < ch; c++)
-                p[((size_t)y * w + x) * ch + c] = (uint8_t)((x * 7 + y * 3 + c * 50 + ((x / 4 + y / 4) % 2) * 40) & 255);
+                p[((size_t)y * w + x) * ch + c] =
+                    (uint8_t)((x * 7 + y * 3 + c * 50 + ((x / 4 + y / 4) % 2) * 40) & 255);
     return p;
 }
 

@@ -35,7 +35,8 @@ static void check_image(const char *png, const char *u8, const char *pv, int h, 
     ck_assert_msg(epyq_image_load(&im, path, &err) == EPYQ_OK, "%s", err.msg);
     ck_assert(im.w == w && im.h == h);
     uint8_t *raw = read_bytes(g_exp, u8, (size_t)h * w * 3);
-    ck_assert_msg(!memcmp(raw, im.rgb, (size_t)h * w * 3), "%s decodes to other bytes than %s", png, u8);
+    ck_assert_msg(!memcmp(raw, im.rgb, (size_t)h * w * 3), "%s decodes to other bytes than %s", png,
+                  u8);
     epyq_vision_pp pp;
     ck_assert_msg(epyq_vision_pp_load(&pp, g_dir, &err) == EPYQ_OK, "%s", err.msg);
     epyq_vision_input in;
@@ -44,7 +45,8 @@ static void check_image(const char *png, const char *u8, const char *pv, int h, 
     float *e = conform_read_f32(g_dir, pv, (size_t)in.n * in.cols);
     ck_assert(e);
     double md = 0;
-    for (size_t i = 0; i < (size_t)in.n * in.cols; i++) md = fmax(md, fabs((double)e[i] - in.pix[i]));
+    for (size_t i = 0; i < (size_t)in.n * in.cols; i++)
+        md = fmax(md, fabs((double)e[i] - in.pix[i]));
     printf("%s: grid %dx%d, pixel_values max |d| %.3g (bound 1e-6)\n", png, in.gh, in.gw, md);
     ck_assert_msg(md <= 1e-6, "%s: pixel_values max |d| %g", pv, md);
     free(e), free(raw);
@@ -79,8 +81,9 @@ START_TEST(resize_golden) {
         exact += d == 0, within1 += d <= 1;
         maxd = d > maxd ? d : maxd;
     }
-    printf("resize golden 150x100 -> 320x224: %.3f%% exact, %.3f%% within 1 level, max |d| %d (bound: >= 99%% within 1)\n",
-           100.0 * exact / n, 100.0 * within1 / n, maxd);
+    printf(
+        "resize golden 150x100 -> 320x224: %.3f%% exact, %.3f%% within 1 level, max |d| %d (bound: >= 99%% within 1)\n",
+        100.0 * exact / n, 100.0 * within1 / n, maxd);
     ck_assert_msg(within1 * 100 >= n * 99, "only %zu of %zu values within 1 level", within1, n);
     free(got), free(want);
     epyq_image_free(&im);

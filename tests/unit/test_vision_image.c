@@ -22,13 +22,15 @@ START_TEST(png_variants) {
                 uint8_t *png = img_png(px, w, h, ch, depth, il, &n);
                 epyq_image im;
                 epyq_err err = {0};
-                ck_assert_msg(epyq_image_decode(&im, png, n, "t.png", 0, &err) == EPYQ_OK, "%s", err.msg);
+                ck_assert_msg(epyq_image_decode(&im, png, n, "t.png", 0, &err) == EPYQ_OK, "%s",
+                              err.msg);
                 ck_assert(im.w == w && im.h == h);
                 for (int i = 0; i < w * h; i++)
                     for (int c = 0; c < 3; c++) {
                         /* grey is replicated; alpha (the last of 2 or 4 channels) is dropped */
                         int src = ch <= 2 ? px[i * ch] : px[i * ch + c];
-                        ck_assert_msg(im.rgb[i * 3 + c] == src, "ch %d depth %d il %d pixel %d", ch, depth, il, i);
+                        ck_assert_msg(im.rgb[i * 3 + c] == src, "ch %d depth %d il %d pixel %d", ch,
+                                      depth, il, i);
                     }
                 epyq_image_free(&im);
                 free(png), free(px);
@@ -41,7 +43,8 @@ START_TEST(jpeg_decodes) {
     for (int prog = 0; prog < 2; prog++)
         for (int ch = 1; ch <= 3; ch += 2) {
             uint8_t *px = malloc((size_t)w * h * ch); /* smooth: JPEG's error stays small */
-            for (int i = 0; i < w * h * ch; i++) px[i] = (uint8_t)((i / ch % w) * 2 + (i / ch / w) * 3 + (i % ch) * 20);
+            for (int i = 0; i < w * h * ch; i++)
+                px[i] = (uint8_t)((i / ch % w) * 2 + (i / ch / w) * 3 + (i % ch) * 20);
             size_t n;
             uint8_t *j = img_jpeg(px, w, h, ch, 98, prog, &n);
             epyq_image im;
@@ -50,7 +53,8 @@ START_TEST(jpeg_decodes) {
             ck_assert(im.w == w && im.h == h);
             double sad = 0;
             for (int i = 0; i < w * h; i++)
-                for (int c = 0; c < 3; c++) sad += abs(im.rgb[i * 3 + c] - px[i * ch + (ch == 3 ? c : 0)]);
+                for (int c = 0; c < 3; c++)
+                    sad += abs(im.rgb[i * 3 + c] - px[i * ch + (ch == 3 ? c : 0)]);
             ck_assert_msg(sad / (w * h * 3) < 2.0, "mean abs error %g", sad / (w * h * 3));
             epyq_image_free(&im);
             free(j), free(px);
@@ -58,26 +62,28 @@ START_TEST(jpeg_decodes) {
 }
 END_TEST
 
-/* Values worked from the rule by hand (checked with a Python transcription of it) (factor 32, Python round half-to-even). */
+/* Values worked from the rule by hand (checked with a Python transcription of it) (factor 32,
+ * Python round half-to-even). */
 START_TEST(smart_resize_cases) {
     static const struct {
         int64_t h, w, mn, mx;
         int32_t eh, ew;
     } cs[] = {
-        {100, 150, 65536, 16777216, 224, 320},   /* upscale: beta = sqrt(65536/15000) */
-        {64, 96, 4096, 16777216, 64, 96},        /* multiples of 32, inside the range: kept */
-        {48, 80, 1024, 16777216, 64, 64},        /* 1.5 -> 2 (even), 2.5 -> 2 (even) */
-        {1000, 1000, 65536, 262144, 512, 512},   /* shrink: beta = sqrt(1e6/262144) */
-        {10, 1990, 1024, 16777216, 32, 480},     /* ratio 199: round(10/32) = 0 -> grow */
-        {3000, 40, 65536, 65536, 2208, 32},      /* shrink keeps the short side >= 32 */
+        {100, 150, 65536, 16777216, 224, 320}, /* upscale: beta = sqrt(65536/15000) */
+        {64, 96, 4096, 16777216, 64, 96},      /* multiples of 32, inside the range: kept */
+        {48, 80, 1024, 16777216, 64, 64},      /* 1.5 -> 2 (even), 2.5 -> 2 (even) */
+        {1000, 1000, 65536, 262144, 512, 512}, /* shrink: beta = sqrt(1e6/262144) */
+        {10, 1990, 1024, 16777216, 32, 480},   /* ratio 199: round(10/32) = 0 -> grow */
+        {3000, 40, 65536, 65536, 2208, 32},    /* shrink keeps the short side >= 32 */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int32_t oh = 0, ow = 0;
         epyq_err err = {0};
-        ck_assert_msg(epyq_vision_smart_resize(cs[i].h, cs[i].w, 32, cs[i].mn, cs[i].mx, &oh, &ow, &err) == EPYQ_OK,
+        ck_assert_msg(epyq_vision_smart_resize(cs[i].h, cs[i].w, 32, cs[i].mn, cs[i].mx, &oh, &ow,
+                                               &err) == EPYQ_OK,
                       "%s", err.msg);
-        ck_assert_msg(oh == cs[i].eh && ow == cs[i].ew, "case %zu: %dx%d, expected %dx%d", i, oh, ow, cs[i].eh,
-                      cs[i].ew);
+        ck_assert_msg(oh == cs[i].eh && ow == cs[i].ew, "case %zu: %dx%d, expected %dx%d", i, oh,
+                      ow, cs[i].eh, cs[i].ew);
     }
     int32_t oh, ow;
     epyq_err err = {0};
@@ -88,7 +94,8 @@ END_TEST
 
 /* An image whose every sample encodes its own (row, col, channel) checks the patch layout. */
 START_TEST(patch_order) {
-    epyq_vision_pp pp = {.patch = 2, .temporal = 2, .merge = 2, .do_rescale = false, .do_normalize = false};
+    epyq_vision_pp pp = {
+        .patch = 2, .temporal = 2, .merge = 2, .do_rescale = false, .do_normalize = false};
     const int w = 8, h = 4; /* grid 2 x 4 of 2x2 patches, merged 1 x 2 */
     uint8_t rgb[4 * 8 * 3];
     for (int y = 0; y < h; y++)
@@ -120,7 +127,8 @@ typedef struct {
     const char *needle;
 } bad_case;
 
-static void add(bad_case *b, int *n, const char *name, const uint8_t *d, size_t len, const char *needle) {
+static void add(bad_case *b, int *n, const char *name, const uint8_t *d, size_t len,
+                const char *needle) {
     b[*n].name = name;
     b[*n].data = malloc(len ? len : 1);
     if (len) memcpy(b[*n].data, d, len);
@@ -165,8 +173,10 @@ START_TEST(bad_images) {
         epyq_status st = epyq_image_decode(&im, b[i].data, b[i].len, "bad.img", 0, &err);
         printf("| %s | %zu | %s: %s |\n", b[i].name, b[i].len, epyq_status_name(st), err.msg);
         ck_assert_msg(st == EPYQ_E_FORMAT, "%s: accepted (%s)", b[i].name, epyq_status_name(st));
-        ck_assert_msg(!strncmp(err.msg, "bad.img: ", 9) && strstr(err.msg, b[i].needle) && !strchr(err.msg, '\n'),
-                      "%s: message '%s' (expected the file name and '%s')", b[i].name, err.msg, b[i].needle);
+        ck_assert_msg(!strncmp(err.msg, "bad.img: ", 9) && strstr(err.msg, b[i].needle) &&
+                          !strchr(err.msg, '\n'),
+                      "%s: message '%s' (expected the file name and '%s')", b[i].name, err.msg,
+                      b[i].needle);
         free(b[i].data);
     }
     /* a file that does not exist names itself too */
@@ -184,12 +194,16 @@ END_TEST
 START_TEST(pp_config) {
     epyq_vision_pp pp;
     epyq_err err = {0};
-    const char *good = "{\"patch_size\":16,\"temporal_patch_size\":2,\"merge_size\":2,\"size\":{\"shortest_edge\":65536,"
-                       "\"longest_edge\":16777216},\"image_mean\":[0.5,0.5,0.5],\"image_std\":[0.5,0.5,0.5],\"resample\":3}";
-    ck_assert_msg(epyq_vision_pp_parse(&pp, good, strlen(good), "p.json", &err) == EPYQ_OK, "%s", err.msg);
-    ck_assert(pp.patch == 16 && pp.min_pixels == 65536 && pp.max_pixels == 16777216 && pp.std[2] == 0.5);
-    const char *nosize = "{\"patch_size\":16,\"temporal_patch_size\":2,\"merge_size\":2,\"image_mean\":[0.5,0.5,0.5],"
-                         "\"image_std\":[0.5,0.5,0.5]}";
+    const char *good =
+        "{\"patch_size\":16,\"temporal_patch_size\":2,\"merge_size\":2,\"size\":{\"shortest_edge\":65536,"
+        "\"longest_edge\":16777216},\"image_mean\":[0.5,0.5,0.5],\"image_std\":[0.5,0.5,0.5],\"resample\":3}";
+    ck_assert_msg(epyq_vision_pp_parse(&pp, good, strlen(good), "p.json", &err) == EPYQ_OK, "%s",
+                  err.msg);
+    ck_assert(pp.patch == 16 && pp.min_pixels == 65536 && pp.max_pixels == 16777216 &&
+              pp.std[2] == 0.5);
+    const char *nosize =
+        "{\"patch_size\":16,\"temporal_patch_size\":2,\"merge_size\":2,\"image_mean\":[0.5,0.5,0.5],"
+        "\"image_std\":[0.5,0.5,0.5]}";
     ck_assert(epyq_vision_pp_parse(&pp, nosize, strlen(nosize), "p.json", &err) == EPYQ_E_FORMAT);
     ck_assert(strstr(err.msg, "p.json") && strstr(err.msg, "shortest_edge"));
 }
