@@ -1,8 +1,10 @@
 /* tests/unit/test_vision_fixture.c — image input against ../shared/fixtures/models/tiny-vision
  * (its expected/README.md gives the bounds): the PNGs decode to the stored RGB bytes, the patch
- * matrices equal pixel_values*.f32 (max |d| <= 1e-6), and the resize golden (Pillow 9.4 BICUBIC
- * of input.png to smart_resize's 224 x 320) is matched within 1 level on >= 99% of values.
- * Exits 77 (skip) when ../shared is absent. */
+ * matrices equal pixel_values*.f32 (max |d| <= 1e-6), the tower's image embeddings are within
+ * the bounds (float64 twin and the exact path: fp32 tier 1e-3 x max|e|; the default bf16 path:
+ * 3e-2 x max|e|), two images in one call equal each alone bit for bit, and the resize golden
+ * (Pillow 9.4 BICUBIC of input.png to smart_resize's 224 x 320) is matched within 1 level on >= 99%
+ * of values. Exits 77 (skip) when ../shared is absent. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,10 +12,12 @@
 #include <string.h>
 
 #include "core/util.h"
+#include "ref/ref_vision.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 #include "vision/image.h"
 #include "vision/preproc.h"
+#include "vision/vision.h"
 
 static char g_dir[4096], g_exp[4200];
 
@@ -90,6 +94,106 @@ START_TEST(resize_golden) {
 }
 END_TEST
 
+/* Patches of a fixture image (stored u8 pixels, no resize: README §1). */
+static void load_input(const char *u8, int h, int w, epyq_vision_input *in) {
+    uint8_t *raw = read_bytes(g_exp, u8, (size_t)h * w * 3);
+    epyq_vision_pp pp;
+    epyq_err err = {0};
+    ck_assert_msg(epyq_vision_pp_load(&pp, g_dir, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert(epyq_vision_patchify(&pp, raw, h, w, in, &err) == EPYQ_OK);
+    free(raw);
+}
+
+static double max_abs(const float *e, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(e[i]));
+    return m;
+}
+
+static const struct {
+    const char *u8, *emb;
+    int h, w;
+} imgs[2] = {{"image.u8", "image_embeds.f32", 64, 96}, {"image2.u8", "image_embeds2.f32", 160, 96}};
+
+START_TEST(embeds_ref) {
+    epyq_vision_config vc;
+    bool present;
+    epyq_err err = {0};
+    ck_assert_msg(epyq_vision_config_load(&vc, g_dir, &present, &err) == EPYQ_OK && present, "%s",
+                  err.msg);
+    epyq_ckpt *ck = NULL;
+    ck_assert_msg(epyq_ckpt_open(&ck, g_dir, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_vision_w w;
+    ck_assert_msg(epyq_vision_bind(&w, ck, &vc, &err) == EPYQ_OK, "%s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        epyq_vision_input in;
+        load_input(imgs[i].u8, imgs[i].h, imgs[i].w, &in);
+        int32_t T = epyq_vision_tokens(&vc, in.gh, in.gw);
+        size_t n = (size_t)T * vc.out_hidden;
+        double *got = malloc(n * sizeof *got), md = 0;
+        float *e = conform_read_f32(g_dir, imgs[i].emb, n);
+        ck_assert(e);
+        ck_assert_msg(epyq_ref_vision_encode(&w, &in, got, &err) == EPYQ_OK, "%s", err.msg);
+        for (size_t j = 0; j < n; j++) md = fmax(md, fabs(got[j] - e[j]));
+        double bound = 1e-3 * max_abs(e, n);
+        printf("ref float64 %s: max |d| %.3g (bound %.3g, fp32 tier)\n", imgs[i].emb, md, bound);
+        ck_assert_msg(md <= bound, "%s: %g > %g", imgs[i].emb, md, bound);
+        free(got), free(e);
+        epyq_vision_input_free(&in);
+    }
+    epyq_vision_w_free(&w);
+    epyq_ckpt_free(ck);
+}
+END_TEST
+
+static void embeds_runtime(bool exact) {
+    epyq_vision *v = NULL;
+    epyq_err err = {0};
+    epyq_vision_opts o = {.n_threads = 2, .exact = exact};
+    ck_assert_msg(epyq_vision_load(&v, g_dir, &o, &err) == EPYQ_OK, "%s", err.msg);
+    const epyq_vision_config *vc = epyq_vision_cfg(v);
+    epyq_vision_input in[2];
+    size_t n[2], tot = 0;
+    float *alone[2];
+    for (int i = 0; i < 2; i++) {
+        load_input(imgs[i].u8, imgs[i].h, imgs[i].w, &in[i]);
+        n[i] = (size_t)epyq_vision_tokens(vc, in[i].gh, in[i].gw) * vc->out_hidden;
+        alone[i] = malloc(n[i] * sizeof(float));
+        ck_assert_msg(epyq_vision_encode(v, &in[i], 1, alone[i], &err) == EPYQ_OK, "%s", err.msg);
+        float *e = conform_read_f32(g_dir, imgs[i].emb, n[i]);
+        ck_assert(e);
+        double md = 0, bound = (exact ? 1e-3 : 3e-2) * max_abs(e, n[i]);
+        for (size_t j = 0; j < n[i]; j++) md = fmax(md, fabs((double)alone[i][j] - e[j]));
+        printf("tower %s %s: max |d| %.3g (bound %.3g, %s tier)\n", exact ? "exact" : "bf16",
+               imgs[i].emb, md, bound, exact ? "fp32" : "bf16");
+        ck_assert_msg(md <= bound, "%s: %g > %g", imgs[i].emb, md, bound);
+        free(e);
+        tot += n[i];
+    }
+    /* one call on both images: block-diagonal attention gives each image's rows unchanged */
+    float *both = malloc(tot * sizeof(float));
+    ck_assert_msg(epyq_vision_encode(v, in, 2, both, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert(!memcmp(both, alone[0], n[0] * 4) && !memcmp(both + n[0], alone[1], n[1] * 4));
+    free(both);
+    /* one thread gives the same bits as two */
+    epyq_vision *v1 = NULL;
+    epyq_vision_opts o1 = {.n_threads = 1, .exact = exact};
+    ck_assert_msg(epyq_vision_load(&v1, g_dir, &o1, &err) == EPYQ_OK, "%s", err.msg);
+    float *one = malloc(n[1] * sizeof(float));
+    ck_assert(epyq_vision_encode(v1, &in[1], 1, one, &err) == EPYQ_OK);
+    ck_assert(!memcmp(one, alone[1], n[1] * 4));
+    free(one);
+    epyq_vision_free(v1);
+    for (int i = 0; i < 2; i++) free(alone[i]), epyq_vision_input_free(&in[i]);
+    epyq_vision_free(v);
+}
+
+START_TEST(embeds_bf16) { embeds_runtime(false); }
+END_TEST
+
+START_TEST(embeds_exact) { embeds_runtime(true); }
+END_TEST
+
 int main(void) {
     const char *p = epyq_test_shared("fixtures/models/tiny-vision");
     if (!p) {
@@ -103,6 +207,9 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pixel_values);
     tcase_add_test(tc, resize_golden);
+    tcase_add_test(tc, embeds_ref);
+    tcase_add_test(tc, embeds_bf16);
+    tcase_add_test(tc, embeds_exact);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
