@@ -109,6 +109,7 @@ epyq_status epyq_seq_restore(epyq_seq *s, const void *buf, uint64_t len, epyq_er
     if (h.conv_f) memcpy(s->conv, p, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
     if (h.state_f) memcpy(s->S, p, h.state_f * sizeof(float));
     s->pos = h.pos;
+    s->rope_delta = 0; /* snapshots are of text prefixes (images are never cached) */
     s->spec_n = 0; /* a speculation in progress belonged to the state just replaced */
     return EPYQ_OK;
 }
