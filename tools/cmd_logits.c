@@ -22,39 +22,40 @@
 #define MAX_IDS 65536
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
-            "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
-            "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
-            "                   [--requant SPEC] [--image FILE]...\n"
-            "\n"
-            "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
-            "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
-            "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
-            "\n"
-            "  -m, --model DIR    checkpoint folder\n"
-            "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
-            "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
-            "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
-            "                     --mtp-drafts chained drafts (default 2)\n"
-            "  --mtp-drafts K     number of draft rows with --mtp\n"
-            "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
-            "  --image FILE       a PNG or JPEG for the prompt's k-th image (repeatable, in order);\n"
-            "                     the ids carry one <|image_pad|> per image (expanded to its token\n"
-            "                     count) or the full runs; positions are the 3-D M-RoPE ones\n"
-            "  --ref              use the plain-C double-precision reference (small models only)\n"
-            "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
-            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
-            "                     (same as EPYQ_MAX_ISA)\n"
-            "  -t, --threads N    threads (default: one per allowed CPU)\n"
-            "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
-            "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
-            "                     requantised at load (default: exact)\n"
-            "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
-            "                     a --numa flag: one pool, no binding (numa/README.md)\n"
-            "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
-            "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
-            "  -h, --help         this text\n");
+    fprintf(
+        f,
+        "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
+        "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+        "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
+        "                   [--requant SPEC] [--image FILE]...\n"
+        "\n"
+        "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
+        "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
+        "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
+        "\n"
+        "  -m, --model DIR    checkpoint folder\n"
+        "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
+        "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
+        "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
+        "                     --mtp-drafts chained drafts (default 2)\n"
+        "  --mtp-drafts K     number of draft rows with --mtp\n"
+        "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
+        "  --image FILE       a PNG or JPEG for the prompt's k-th image (repeatable, in order);\n"
+        "                     the ids carry one <|image_pad|> per image (expanded to its token\n"
+        "                     count) or the full runs; positions are the 3-D M-RoPE ones\n"
+        "  --ref              use the plain-C double-precision reference (small models only)\n"
+        "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
+        "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
+        "                     (same as EPYQ_MAX_ISA)\n"
+        "  -t, --threads N    threads (default: one per allowed CPU)\n"
+        "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+        "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
+        "                     requantised at load (default: exact)\n"
+        "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
+        "                     a --numa flag: one pool, no binding (numa/README.md)\n"
+        "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
+        "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
+        "  -h, --help         this text\n");
 }
 
 typedef struct {
@@ -164,17 +165,26 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},   {"ids", required_argument, 0, 'i'},
-        {"decode", required_argument, 0, 'n'},  {"mtp", no_argument, 0, 'M'},
-        {"mtp-drafts", required_argument, 0, 'D'}, {"output", required_argument, 0, 'o'},
-        {"ref", no_argument, 0, 'R'},           {"path", required_argument, 0, 'P'},
-        {"isa", required_argument, 0, 'I'},     {"threads", required_argument, 0, 't'},
-        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-        {"numa", required_argument, 0, 'U'},    {"numa-split", required_argument, 0, 'U'},
-        {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
-        {"numa-fallback", no_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
-        {"image", required_argument, 0, 'G'},   {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"ids", required_argument, 0, 'i'},
+                                       {"decode", required_argument, 0, 'n'},
+                                       {"mtp", no_argument, 0, 'M'},
+                                       {"mtp-drafts", required_argument, 0, 'D'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"ref", no_argument, 0, 'R'},
+                                       {"path", required_argument, 0, 'P'},
+                                       {"isa", required_argument, 0, 'I'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"kv-type", required_argument, 0, 'K'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"numa", required_argument, 0, 'U'},
+                                       {"numa-split", required_argument, 0, 'U'},
+                                       {"nodes", required_argument, 0, 'U'},
+                                       {"cpu-range", required_argument, 0, 'U'},
+                                       {"numa-fallback", no_argument, 0, 'U'},
+                                       {"requant", required_argument, 0, 'Q'},
+                                       {"image", required_argument, 0, 'G'},
+                                       {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->n_ids = -1;
@@ -205,7 +215,8 @@ static int parse(int argc, char **argv, opts *o) {
         }
         case 'o': o->out = optarg; break;
         case 'G':
-            if (o->n_images == 16) return fprintf(stderr, "epyq logits: --image: at most 16 images\n"), 2;
+            if (o->n_images == 16)
+                return fprintf(stderr, "epyq logits: --image: at most 16 images\n"), 2;
             o->images[o->n_images++] = optarg;
             break;
         case 'R': o->ref = true; break;
@@ -242,7 +253,9 @@ static int parse(int argc, char **argv, opts *o) {
     o->numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
     if (o->n_images && (o->ref || o->mtp))
-        return fprintf(stderr, "epyq logits: --image runs the runtime trunk only (not --ref or --mtp)\n"), 2;
+        return fprintf(stderr,
+                       "epyq logits: --image runs the runtime trunk only (not --ref or --mtp)\n"),
+               2;
     return -1;
 }
 
@@ -252,15 +265,18 @@ static epyq_status image_prompt(opts *o, epyq_err *err) {
     epyq_vision_opts vo = {.n_threads = o->threads};
     epyq_image im[16] = {{0}};
     epyq_status st = epyq_vision_load(&v, o->dir, &vo, err);
-    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++) st = epyq_image_load(&im[i], o->images[i], err);
-    if (st == EPYQ_OK) st = epyq_vision_prompt_build(&o->vp, v, im, o->images, o->n_images, o->ids, o->n_ids, err);
+    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++)
+        st = epyq_image_load(&im[i], o->images[i], err);
+    if (st == EPYQ_OK)
+        st = epyq_vision_prompt_build(&o->vp, v, im, o->images, o->n_images, o->ids, o->n_ids, err);
     if (st == EPYQ_OK && o->vp.n + o->n_decode + 1 > MAX_IDS)
-        st = epyq_err_set(err, EPYQ_E_ARG, "prompt with images: %d tokens, at most %d", o->vp.n, MAX_IDS - o->n_decode - 1);
+        st = epyq_err_set(err, EPYQ_E_ARG, "prompt with images: %d tokens, at most %d", o->vp.n,
+                          MAX_IDS - o->n_decode - 1);
     if (st == EPYQ_OK) {
         memcpy(o->ids, o->vp.ids, (size_t)o->vp.n * sizeof *o->ids);
         o->n_ids = o->vp.n;
-        fprintf(stderr, "epyq logits: %d images, %d image tokens, encoded in %.3f s\n", o->n_images, o->vp.image_tokens,
-                o->vp.t_encode);
+        fprintf(stderr, "epyq logits: %d images, %d image tokens, encoded in %.3f s\n", o->n_images,
+                o->vp.image_tokens, o->vp.t_encode);
     }
     for (int i = 0; i < o->n_images; i++) epyq_image_free(&im[i]);
     epyq_vision_free(v);

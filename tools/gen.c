@@ -46,8 +46,10 @@ void epyq_gen_free(epyq_gen *g) {
     g->seq = NULL;
 }
 
-/* Forward n tokens of the sequence; logits of the last one into `logits`. */
-static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logits, epyq_err *err) {
+/* Forward n tokens of the sequence; logits of the last one into `logits`. img: the tokens are
+ * prompt tokens [img_off, img_off + n), which g->img (when set) describes. */
+static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, size_t img_off, bool img,
+                        float *logits, epyq_err *err) {
     epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
     uint8_t *want = calloc((size_t)n, 1);
     if (!seqs || !want) {
@@ -57,7 +59,12 @@ static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logit
     for (int32_t i = 0; i < n; i++) seqs[i] = g->seq;
     want[n - 1] = 1;
     epyq_batch b = {n, seqs, ids, want};
-    epyq_status st = epyq_model_forward(g->model, &b, logits, NULL, err);
+    epyq_batch_img bi = {0};
+    if (img && g->img)
+        bi = (epyq_batch_img){g->img->embd ? g->img->embd + img_off : NULL,
+                              g->img->mrope ? g->img->mrope + 3 * img_off : NULL};
+    epyq_status st =
+        epyq_model_forward_img(g->model, &b, img && g->img ? &bi : NULL, logits, NULL, err);
     free(seqs), free(want);
     return st;
 }
@@ -155,6 +162,9 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
     for (size_t i = 0; st == EPYQ_OK && i < n_ids; i++) epyq_sampler_accept(smp, ids[i], false);
     stats->n_prompt = (int32_t)n_ids;
     stats->finish = EPYQ_FINISH_LENGTH;
+    if (st == EPYQ_OK && g->spec_k > 0 && g->img)
+        st =
+            epyq_err_set(err, EPYQ_E_ARG, "speculative decoding (--spec) does not take images yet");
     if (st == EPYQ_OK && g->spec_k > 0) {
         st = gen_spec(g, ids, n_ids, max_new, cancel, smp, ts, on_text, ctx, gen_ids, stats, err);
         goto finish;
@@ -165,7 +175,7 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
     bool show = n_ids > (size_t)g->chunk && isatty(STDERR_FILENO);
     for (size_t i = 0; st == EPYQ_OK && i < n_ids; i += (size_t)g->chunk) {
         int32_t n = (int32_t)(n_ids - i < (size_t)g->chunk ? n_ids - i : (size_t)g->chunk);
-        st = feed(g, ids + i, n, logits, err);
+        st = feed(g, ids + i, n, i, true, logits, err);
         if (show) {
             double dt = epyq_now() - t0, done = (double)(i + (size_t)n),
                    rate = dt > 0 ? done / dt : 0;
@@ -191,7 +201,7 @@ epyq_status epyq_gen_generate(epyq_gen *g, const int32_t *ids, size_t n_ids, int
             stats->finish = EPYQ_FINISH_CTX;
             break;
         }
-        if (k + 1 < max_new) st = feed(g, &tok, 1, logits, err);
+        if (k + 1 < max_new) st = feed(g, &tok, 1, 0, false, logits, err);
     }
     stats->t_gen = epyq_now() - t0;
 finish:

@@ -40,6 +40,9 @@ typedef struct {
     int32_t spec_k;          /* > 0: MTP speculative decoding with spec_k drafts a step (one-shot
                                 generations only: the sequence then also holds verified tokens
                                 past a stop, so it is not continued) */
+    /* Image rows and M-RoPE positions for the ids of the next epyq_gen_generate (index i of
+     * embd / mrope belongs to prompt token i); NULL = a text prompt. Not with spec_k. */
+    const epyq_batch_img *img;
 } epyq_gen;
 
 typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;

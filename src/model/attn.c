@@ -79,7 +79,8 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
         const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
         epyq_rlin_run_many(m, proj, 3, &act);
         for (int32_t t = 0; t < T; t++) {
-            const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]}, *p3 = p->rpos ? p->rpos + 3 * t : p1;
+            const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]},
+                          *p3 = p->rpos ? p->rpos + 3 * t : p1;
             for (int32_t h = 0; h < m->nq; h++) {
                 float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
                 head_norm(q, a->q_norm, hd, m->eps);

@@ -65,8 +65,8 @@ static void plan_free(epyq_batch_plan *p) {
 }
 
 /* Positions, per-sequence groups and the context check, before any state changes. */
-static epyq_status plan_make(epyq_model *m, const epyq_batch *b, const int32_t *mrope, epyq_batch_plan *p,
-                             epyq_err *err) {
+static epyq_status plan_make(epyq_model *m, const epyq_batch *b, const int32_t *mrope,
+                             epyq_batch_plan *p, epyq_err *err) {
     memset(p, 0, sizeof *p);
     int32_t T = b->n;
     p->T = T;
@@ -99,7 +99,8 @@ static epyq_status plan_make(epyq_model *m, const epyq_batch *b, const int32_t *
         grp_of[t] = g;
         p->seq[t] = s;
         p->pos[t] = s->pos + cnt[g]++;
-        for (int a = 0; a < 3; a++) p->rpos[3 * t + a] = mrope ? mrope[3 * t + a] : p->pos[t] + s->rope_delta;
+        for (int a = 0; a < 3; a++)
+            p->rpos[3 * t + a] = mrope ? mrope[3 * t + a] : p->pos[t] + s->rope_delta;
     }
     for (int32_t g = 0; st == EPYQ_OK && g < p->n_groups; g++)
         if ((int64_t)gseq[g]->pos + cnt[g] > gseq[g]->n_ctx)
@@ -130,8 +131,8 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     return epyq_model_forward_img(m, b, NULL, logits, hidden, err);
 }
 
-epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img, float *logits,
-                                   float *hidden, epyq_err *err) {
+epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img,
+                                   float *logits, float *hidden, epyq_err *err) {
     if (b->n <= 0) return EPYQ_OK;
     epyq_batch_plan p;
     const float *const *embd = img ? img->embd : NULL;
@@ -146,7 +147,8 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
         if (embd && embd[t]) /* image features in place of <|image_pad|> (docs/vision.md §4) */
             memcpy(x + (size_t)t * H, embd[t], (size_t)H * sizeof(float));
         else
-            st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H, err);
+            st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H,
+                                      x + (size_t)t * H, err);
     bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
     for (int32_t l = 0; st == EPYQ_OK && l < m->L; l++) {
         moved = true;
@@ -174,7 +176,8 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
             epyq_seq *s = p.seq[p.grp_tok[p.grp_off[g]]];
             int32_t mx = INT32_MIN;
             for (int32_t i = p.grp_off[g]; i < p.grp_off[g + 1]; i++)
-                for (int a = 0; a < 3; a++) mx = p.rpos[3 * p.grp_tok[i] + a] > mx ? p.rpos[3 * p.grp_tok[i] + a] : mx;
+                for (int a = 0; a < 3; a++)
+                    mx = p.rpos[3 * p.grp_tok[i] + a] > mx ? p.rpos[3 * p.grp_tok[i] + a] : mx;
             s->rope_delta = mx + 1 - s->pos;
         }
     /* A failure past the first layer (out of memory in a block, in the lm_head) leaves some

@@ -175,8 +175,8 @@ typedef struct {
  * delta becomes (largest position given + 1) - (its position after the batch), which is how
  * decoding continues after an image. The KV slot is always the position. */
 typedef struct {
-    const float *const *embd;   /* [n] or NULL */
-    const int32_t *mrope;       /* [n][3] or NULL */
+    const float *const *embd; /* [n] or NULL */
+    const int32_t *mrope;     /* [n][3] or NULL */
 } epyq_batch_img;
 
 /* Run the batch. logits: [number of wanted tokens][vocab] in batch order (may be NULL);
@@ -191,8 +191,8 @@ typedef struct {
 epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
                                epyq_err *err);
 /* The same with image rows and M-RoPE positions (img may be NULL: epyq_model_forward). */
-epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img, float *logits,
-                                   float *hidden, epyq_err *err);
+epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img,
+                                   float *logits, float *hidden, epyq_err *err);
 
 /* The MTP head (docs/architecture.md §5) over n rows of one sequence: row i = (hidden h [i][H],
  * token tok[i], RoPE position pos[i]); each row's K/V is stored in the sequence's MTP cache at

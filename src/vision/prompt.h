@@ -15,20 +15,20 @@
 #include "vision/vision.h"
 
 typedef struct {
-    int32_t n;             /* prompt tokens after expansion */
-    int32_t *ids;          /* [n] */
-    float *rows;           /* [image tokens][out_hidden] tower output, images in order */
-    const float **embd;    /* [n] the row of each pad, NULL elsewhere */
-    int32_t *pos;          /* [n][3] (t, h, w) rotary positions */
-    int32_t delta;         /* rope delta after the prompt */
+    int32_t n;          /* prompt tokens after expansion */
+    int32_t *ids;       /* [n] */
+    float *rows;        /* [image tokens][out_hidden] tower output, images in order */
+    const float **embd; /* [n] the row of each pad, NULL elsewhere */
+    int32_t *pos;       /* [n][3] (t, h, w) rotary positions */
+    int32_t delta;      /* rope delta after the prompt */
     int32_t n_img, image_tokens;
-    double t_encode;       /* seconds spent in the tower */
-    epyq_batch_img img;    /* {embd, pos} */
+    double t_encode;    /* seconds spent in the tower */
+    epyq_batch_img img; /* {embd, pos} */
 } epyq_vision_prompt;
 
 epyq_status epyq_vision_prompt_build(epyq_vision_prompt *vp, epyq_vision *v, const epyq_image *imgs,
-                                     const char *const *labels, int32_t n_img, const int32_t *ids, int32_t n,
-                                     epyq_err *err);
+                                     const char *const *labels, int32_t n_img, const int32_t *ids,
+                                     int32_t n, epyq_err *err);
 void epyq_vision_prompt_free(epyq_vision_prompt *vp);
 
 #endif

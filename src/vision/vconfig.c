@@ -102,8 +102,9 @@ static epyq_status fill(epyq_vision_config *vc, const cJSON *root, const char *l
     /* the attention layers (src/model/attn.c) assign frequencies to axes interleaved, as every
      * Qwen3.5/3.6 config says; the chunked Qwen2-VL layout would silently rotate wrongly */
     if (!vc->mrope_interleaved)
-        return epyq_err_set(err, EPYQ_E_FORMAT, "%s: mrope_interleaved: expected true (only interleaved M-RoPE is implemented)",
-                            label);
+        return epyq_err_set(
+            err, EPYQ_E_FORMAT,
+            "%s: mrope_interleaved: expected true (only interleaved M-RoPE is implemented)", label);
     return EPYQ_OK;
 }
 

@@ -47,7 +47,8 @@ static float *encode(epyq_vision *v, int k, int32_t grid[2], int32_t *tokens) {
     epyq_vision_input in;
     epyq_err err = {0};
     ck_assert_msg(epyq_image_load(&im, path, &err) == EPYQ_OK, "%s", err.msg);
-    ck_assert_msg(epyq_vision_prepare(epyq_vision_preproc(v), &im, path, &in, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_vision_prepare(epyq_vision_preproc(v), &im, path, &in, &err) == EPYQ_OK,
+                  "%s", err.msg);
     const epyq_vision_config *vc = epyq_vision_cfg(v);
     *tokens = epyq_vision_tokens(vc, in.gh, in.gw);
     grid[0] = in.gh, grid[1] = in.gw;
@@ -59,7 +60,8 @@ static float *encode(epyq_vision *v, int k, int32_t grid[2], int32_t *tokens) {
 }
 
 /* embd[i]: the next image row for every pad, in order (rows of all images concatenated). */
-static const float **pad_rows(const epyq_vision_config *vc, const int *ids, int n, const float *rows) {
+static const float **pad_rows(const epyq_vision_config *vc, const int *ids, int n,
+                              const float *rows) {
     const float **e = calloc((size_t)n, sizeof *e);
     int r = 0;
     for (int i = 0; i < n; i++)
@@ -76,9 +78,11 @@ START_TEST(positions_fixture) {
     for (int a = 0; a < 3; a++) ck_assert(json_ints("position_ids", a, want[a], 64) == n);
     const int32_t grid[1][2] = {{4, 6}};
     int32_t pos[64 * 3];
-    ck_assert_msg(epyq_vision_positions(&vc, ids, n, grid, 1, pos, &delta, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_vision_positions(&vc, ids, n, grid, 1, pos, &delta, &err) == EPYQ_OK, "%s",
+                  err.msg);
     for (int i = 0; i < n; i++)
-        for (int a = 0; a < 3; a++) ck_assert_msg(pos[3 * i + a] == want[a][i], "token %d axis %d", i, a);
+        for (int a = 0; a < 3; a++)
+            ck_assert_msg(pos[3 * i + a] == want[a][i], "token %d axis %d", i, a);
     ck_assert_int_eq(delta, -3); /* mrope.json rope_delta */
     /* the template's single pad expands to the image's 6 tokens */
     int one[] = {569, 1009, 1012, 1010, 17}, *ex = NULL, nex = 0;
@@ -90,7 +94,8 @@ START_TEST(positions_fixture) {
     ck_assert(epyq_vision_positions(&vc, ex = one, 5, grid, 1, pos, &delta, &err) == EPYQ_E_ARG);
     ck_assert(strstr(err.msg, "needs 6 pads"));
     const int32_t g2[2][2] = {{4, 6}, {4, 6}};
-    ck_assert(epyq_vision_expand_pads(&vc, one, 5, (const int32_t[]){6, 6}, 2, &ex, &nex, &err) == EPYQ_E_ARG);
+    ck_assert(epyq_vision_expand_pads(&vc, one, 5, (const int32_t[]){6, 6}, 2, &ex, &nex, &err) ==
+              EPYQ_E_ARG);
     (void)g2;
 }
 END_TEST
@@ -116,9 +121,11 @@ START_TEST(positions_two_images) {
     ck_assert_int_eq(n, 28);
     const int32_t grid[2][2] = {{4, 6}, {10, 6}};
     int32_t pos[28 * 3], delta;
-    ck_assert_msg(epyq_vision_positions(&vc, ids, n, grid, 2, pos, &delta, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_vision_positions(&vc, ids, n, grid, 2, pos, &delta, &err) == EPYQ_OK, "%s",
+                  err.msg);
     for (int i = 0; i < 26; i++)
-        for (int a = 0; a < 3; a++) ck_assert_msg(pos[3 * i + a] == want[a][i], "token %d axis %d", i, a);
+        for (int a = 0; a < 3; a++)
+            ck_assert_msg(pos[3 * i + a] == want[a][i], "token %d axis %d", i, a);
     for (int a = 0; a < 3; a++) ck_assert(pos[3 * 26 + a] == 13 && pos[3 * 27 + a] == 14);
     ck_assert_int_eq(delta, 15 - 28);
 }
@@ -126,7 +133,8 @@ END_TEST
 
 static void expect_dist(const char *what, const conform_stats *s) {
     conform_print(what, s);
-    ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean, s->kl_max);
+    ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean,
+                  s->kl_max);
     ck_assert_msg(s->top1_ok == s->top1_n, "%s: top-1 %d/%d", what, s->top1_ok, s->top1_n);
 }
 
@@ -145,7 +153,8 @@ static void logits_path(epyq_numpath path) {
     ck_assert(ng == 8);
     int32_t grid[1][2], tokens, pos[64 * 3], delta;
     float *rows = encode(v, 1, grid[0], &tokens);
-    ck_assert(epyq_vision_positions(vc, ids, n, (const int32_t(*)[2])grid, 1, pos, &delta, &err) == EPYQ_OK);
+    ck_assert(epyq_vision_positions(vc, ids, n, (const int32_t(*)[2])grid, 1, pos, &delta, &err) ==
+              EPYQ_OK);
     const float **embd = pad_rows(vc, ids, n, rows);
     epyq_seq *s = NULL, *seqs[64];
     ck_assert(epyq_seq_create(&s, m, n + ng, EPYQ_KV_BF16, &err) == EPYQ_OK);
@@ -169,13 +178,15 @@ static void logits_path(epyq_numpath path) {
     memcpy(got, got + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
     for (int i = 1; i < ng; i++) {
         epyq_batch d = {1, seqs, &greedy[i - 1], NULL};
-        ck_assert_msg(epyq_model_forward(m, &d, got + (size_t)i * V, NULL, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(epyq_model_forward(m, &d, got + (size_t)i * V, NULL, &err) == EPYQ_OK, "%s",
+                      err.msg);
     }
     conform_init(&st);
     conform_add(&st, e_dec, got, ng, V);
     snprintf(label, sizeof label, "tiny-vision %s decode", pn);
     expect_dist(label, &st);
-    for (int i = 0; i < ng; i++) ck_assert_int_eq(conform_argmax_f(got + (size_t)i * V, V), greedy[i]);
+    for (int i = 0; i < ng; i++)
+        ck_assert_int_eq(conform_argmax_f(got + (size_t)i * V, V), greedy[i]);
     free(got), free(e_pre), free(e_dec), free(rows), free(embd);
     epyq_seq_free(s);
     epyq_vision_free(v);
@@ -203,11 +214,13 @@ START_TEST(two_images_batching) {
     int32_t grid[2][2], tok[2];
     float *r1 = encode(v, 1, grid[0], &tok[0]), *r2 = encode(v, 2, grid[1], &tok[1]);
     float *rows = malloc((size_t)(tok[0] + tok[1]) * H * sizeof(float));
-    memcpy(rows, r1, (size_t)tok[0] * H * 4), memcpy(rows + (size_t)tok[0] * H, r2, (size_t)tok[1] * H * 4);
+    memcpy(rows, r1, (size_t)tok[0] * H * 4),
+        memcpy(rows + (size_t)tok[0] * H, r2, (size_t)tok[1] * H * 4);
     int tmpl[] = {569, 560, 1009, 1012, 1010, 17, 1009, 1012, 1010, 766, 269}, *ids = NULL, n = 0;
     ck_assert(epyq_vision_expand_pads(vc, tmpl, 11, tok, 2, &ids, &n, &err) == EPYQ_OK);
     int32_t *pos = malloc((size_t)n * 3 * sizeof *pos), delta;
-    ck_assert(epyq_vision_positions(vc, ids, n, (const int32_t(*)[2])grid, 2, pos, &delta, &err) == EPYQ_OK);
+    ck_assert(epyq_vision_positions(vc, ids, n, (const int32_t(*)[2])grid, 2, pos, &delta, &err) ==
+              EPYQ_OK);
     const float **embd = pad_rows(vc, ids, n, rows);
     /* alone, one batch */
     epyq_seq *a = NULL, *b = NULL, *c = NULL;
@@ -215,7 +228,8 @@ START_TEST(two_images_batching) {
     ck_assert(epyq_seq_create(&b, m, n + 4, EPYQ_KV_BF16, &err) == EPYQ_OK);
     ck_assert(epyq_seq_create(&c, m, n + 4, EPYQ_KV_BF16, &err) == EPYQ_OK);
     epyq_seq **seqs = malloc((size_t)(n + 8) * sizeof *seqs);
-    float *la = malloc((size_t)(n + 1) * V * 4), *lb = malloc((size_t)(n + 1) * V * 4), *lc = malloc((size_t)(n + 8) * V * 4);
+    float *la = malloc((size_t)(n + 1) * V * 4), *lb = malloc((size_t)(n + 1) * V * 4),
+          *lc = malloc((size_t)(n + 8) * V * 4);
     for (int i = 0; i < n; i++) seqs[i] = a;
     epyq_batch ba = {n, seqs, ids, NULL};
     epyq_batch_img ia = {embd, pos};
@@ -227,7 +241,8 @@ START_TEST(two_images_batching) {
     for (int k = 0; k < 3; k++) {
         epyq_batch bb = {cuts[k + 1] - cuts[k], seqs, ids + cuts[k], NULL};
         epyq_batch_img ib = {embd + cuts[k], pos + 3 * cuts[k]};
-        ck_assert(epyq_model_forward_img(m, &bb, &ib, lb + (size_t)cuts[k] * V, NULL, &err) == EPYQ_OK);
+        ck_assert(epyq_model_forward_img(m, &bb, &ib, lb + (size_t)cuts[k] * V, NULL, &err) ==
+                  EPYQ_OK);
     }
     ck_assert(!memcmp(la, lb, (size_t)n * V * 4));
     ck_assert_int_eq(epyq_seq_rope_delta(b), delta);
@@ -235,7 +250,8 @@ START_TEST(two_images_batching) {
     int text[8] = {5, 6, 7, 8, 9, 10, 11, 12}, *all = malloc((size_t)(n + 8) * sizeof *all);
     int32_t *pall = malloc((size_t)(n + 8) * 3 * sizeof *pall);
     const float **eall = calloc((size_t)n + 8, sizeof *eall);
-    for (int i = 0; i < 8; i++) seqs[i] = c, all[i] = text[i], pall[3 * i] = pall[3 * i + 1] = pall[3 * i + 2] = i;
+    for (int i = 0; i < 8; i++)
+        seqs[i] = c, all[i] = text[i], pall[3 * i] = pall[3 * i + 1] = pall[3 * i + 2] = i;
     for (int i = 0; i < n; i++) {
         seqs[8 + i] = a, all[8 + i] = ids[i], eall[8 + i] = embd[i];
         memcpy(pall + 3 * (8 + i), pos + 3 * i, 12);
@@ -260,7 +276,8 @@ START_TEST(two_images_batching) {
     ck_assert(epyq_model_forward(m, &db, lb, NULL, &err) == EPYQ_OK);
     ck_assert(!memcmp(la, lb, (size_t)V * 4));
     epyq_seq_free(a), epyq_seq_free(b), epyq_seq_free(c), epyq_seq_free(d);
-    free(seqs), free(la), free(lb), free(lc), free(all), free(pall), free(eall), free(embd), free(pos), free(ids);
+    free(seqs), free(la), free(lb), free(lc), free(all), free(pall), free(eall), free(embd),
+        free(pos), free(ids);
     free(rows), free(r1), free(r2);
     epyq_vision_free(v);
     epyq_model_free(m);
