@@ -5,14 +5,17 @@
  * produced the values. Attention is two more bf16 GEMMs per (image, head, block of 64 queries):
  * scores against the image's keys, then the softmax rows against the transposed values, so a
  * patch only ever sees its own image. A task's result depends only on its inputs, so neither
- * the thread count nor the other images of a call change any bit. With `exact` the GEMMs take
- * fp32 activations and attention runs in plain fp32 loops (slow; for conformance). */
+ * the thread count nor the other images of a call change any bit. GEMMs of >= 64 rows go to
+ * oneDNN instead when the build has it (same contract, its own summation order), unless
+ * no_dnnl. With `exact` the GEMMs take fp32 activations and attention runs in plain fp32 loops
+ * (slow; for conformance). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/util.h"
+#include "kernels-x86/dnnl_gemm.h"
 #include "kernels-x86/kern.h"
 #include "model/tensor_f32.h"
 #include "numa/pool.h"
@@ -36,7 +39,7 @@ struct epyq_vision {
     const epyq_kern_table *kt;
     epyq_pool *pool;
     int32_t nt;
-    bool exact;
+    bool exact, dnnl;  /* dnnl: large GEMMs through oneDNN (vision.h: epyq_vision_opts.no_dnnl) */
     uint16_t *patch_w; /* [D][K] bf16, K = 3 * T * p * p */
     float *patch_b;    /* [D] */
     float *pos;        /* [n_pos][D] */
@@ -161,6 +164,7 @@ epyq_status epyq_vision_load(epyq_vision **out, const char *dir, const epyq_visi
     epyq_ckpt_free(ck);
     v->kt = epyq_kern();
     v->exact = opts->exact;
+    v->dnnl = !opts->exact && !opts->no_dnnl && epyq_dnnl_available();
     epyq_pool_opts po = {.n_threads = opts->n_threads, .node = -1};
     if (st == EPYQ_OK) st = epyq_pool_create(&v->pool, &po, err);
     if (st != EPYQ_OK) {
@@ -198,9 +202,28 @@ static void gemm_task(void *ctx, int32_t task, int32_t worker) {
     }
 }
 
+/* bias + activation over rows of a product oneDNN wrote */
+static void epilogue_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const gemm_job *j = ctx;
+    int32_t r0 = task * MB, r1 = r0 + MB < j->m ? r0 + MB : j->m;
+    for (int32_t t = r0; t < r1; t++) {
+        float *yr = j->y + (size_t)t * j->ldy;
+        for (int32_t c = 0; c < j->n; c++)
+            yr[c] = epyq_vision_act_apply(j->act, yr[c] + j->bias[c]);
+    }
+}
+
 static void gemm(epyq_vision *v, const uint16_t *w, const float *bias, const float *x, int32_t m,
                  int32_t n, int32_t k, float *y, int32_t act) {
     gemm_job j = {v, w, bias, x, y, m, n, k, n, act, (m + MB - 1) / MB};
+    /* oneDNN's blocked bf16 matmul reads each weight block once per call rather than once per
+     * 64 rows; when it declines (no oneDNN, out of memory) the kernel table's path runs */
+    if (v->dnnl && m >= EPYQ_DNNL_MIN_M &&
+        epyq_dnnl_gemm_bf16(x, m, k, w, n, y, n, v->nt, NULL) == EPYQ_OK) {
+        epyq_pool_run(v->pool, epilogue_task, &j, j.mt);
+        return;
+    }
     epyq_pool_run(v->pool, gemm_task, &j, j.mt * ((n + NB - 1) / NB));
 }
 

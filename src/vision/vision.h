@@ -8,8 +8,9 @@
  * touching no data. The runtime tower (epyq_vision_load / epyq_vision_encode) runs every Linear
  * as a bf16 GEMM through the kernel table (activations rounded to bf16, fp32 sums, what HF's bf16
  * model computes; `exact` keeps fp32 activations), LayerNorm, GELU, rotary and softmax in fp32,
- * attention non-causal within each image, on its own thread pool; results do not depend on the
- * thread count or on which images share a call. */
+ * attention non-causal within each image, on its own thread pool. GEMMs of 64 rows or more go
+ * through oneDNN when the build has it (same contract, its own summation order); with no_dnnl
+ * results do not depend on the thread count or on which images share a call. */
 #ifndef EPYQ_VISION_H
 #define EPYQ_VISION_H
 
@@ -70,6 +71,8 @@ typedef struct {
     int32_t n_threads; /* pool size including the caller; 0 = one per allowed CPU */
     bool exact;        /* fp32 activations into the bf16 weights (bf16_gemm_f32), attention in
                           plain fp32 loops: the fp32 tier, much slower on large images */
+    bool no_dnnl;      /* never oneDNN: every GEMM on the kernel table, whose per-row sums do not
+                          depend on how many rows share a call (bit-exact batching tests) */
 } epyq_vision_opts;
 
 typedef struct epyq_vision epyq_vision;
