@@ -1,6 +1,6 @@
-/* benchmarks/vision_bench.c — vision encoding time: square test images of the given sides through the
- * processor and the runtime tower of a checkpoint (e.g. `epyq synth --shape 35b-a3b --layers 1`,
- * which carries the full-size BF16 tower), with GFLOP/s over the tower's multiply-adds
+/* benchmarks/vision_bench.c — vision encoding time: square test images of the given sides through
+ * the processor and the runtime tower of a checkpoint (e.g. `epyq synth --shape 35b-a3b --layers
+ * 1`, which carries the full-size BF16 tower), with GFLOP/s over the tower's multiply-adds
  * (epyq_vision_flops x 2). Each size runs once untimed, then `reps` timed runs; the best is
  * printed (one JSON line per size).
  * usage: benchmarks/vision_bench DIR [THREADS] [SIDE...]   (default: 2 threads, 448 and 1024) */
@@ -28,12 +28,13 @@ int main(int argc, char **argv) {
     if (epyq_kern_init(&err) != EPYQ_OK || epyq_vision_load(&v, argv[1], &vo, &err) != EPYQ_OK)
         return fprintf(stderr, "vision: %s\n", err.msg), 1;
     const epyq_vision_config *c = epyq_vision_cfg(v);
-    fprintf(stderr, "tower: depth %d, hidden %d, heads %d, loaded in %.2f s, kernels %s\n", c->depth, c->hidden,
-            c->heads, epyq_now() - t0, epyq_kern()->name);
+    fprintf(stderr, "tower: depth %d, hidden %d, heads %d, loaded in %.2f s, kernels %s\n",
+            c->depth, c->hidden, c->heads, epyq_now() - t0, epyq_kern()->name);
     for (int s = 0; s < n_sides; s++) {
         int w = sides[s], h = sides[s];
         epyq_image im = {w, h, malloc((size_t)w * h * 3)};
-        for (size_t i = 0; i < (size_t)w * h * 3; i++) im.rgb[i] = (uint8_t)((i * 2654435761u) >> 24);
+        for (size_t i = 0; i < (size_t)w * h * 3; i++)
+            im.rgb[i] = (uint8_t)((i * 2654435761u) >> 24);
         epyq_vision_input in;
         if (epyq_vision_prepare(epyq_vision_preproc(v), &im, "bench", &in, &err) != EPYQ_OK)
             return fprintf(stderr, "vision: %s\n", err.msg), 1;
@@ -42,14 +43,16 @@ int main(int argc, char **argv) {
         double best = 1e30;
         for (int r = 0; r <= reps; r++) {
             double a = epyq_now();
-            if (epyq_vision_encode(v, &in, 1, out, &err) != EPYQ_OK) return fprintf(stderr, "vision: %s\n", err.msg), 1;
+            if (epyq_vision_encode(v, &in, 1, out, &err) != EPYQ_OK)
+                return fprintf(stderr, "vision: %s\n", err.msg), 1;
             double dt = epyq_now() - a;
             if (r > 0 && dt < best) best = dt; /* run 0 warms caches and pages */
         }
         double gf = epyq_vision_flops(c, in.n) / best / 1e9;
-        printf("{\"image\": \"%dx%d\", \"resized\": \"%dx%d\", \"patches\": %d, \"tokens\": %d, \"threads\": %d, "
-               "\"seconds\": %.3f, \"gflop\": %.1f, \"gflop_per_s\": %.1f}\n",
-               w, h, in.w, in.h, in.n, tok, threads, best, epyq_vision_flops(c, in.n) / 1e9, gf);
+        printf(
+            "{\"image\": \"%dx%d\", \"resized\": \"%dx%d\", \"patches\": %d, \"tokens\": %d, \"threads\": %d, "
+            "\"seconds\": %.3f, \"gflop\": %.1f, \"gflop_per_s\": %.1f}\n",
+            w, h, in.w, in.h, in.n, tok, threads, best, epyq_vision_flops(c, in.n) / 1e9, gf);
         fflush(stdout);
         free(out), free(im.rgb);
         epyq_vision_input_free(&in);
