@@ -73,15 +73,17 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
                                .vis_cfg_inter = 4304,
                                .vis_cfg_heads = 16,
                                .vis_cfg_pos = 2304};
-        /* the tower in BF16, as every release keeps it (docs/vision.md §5) */
-        d->vis_depth = 27, d->vis_hidden = 1152, d->vis_inter = 4304, d->vis_heads = 16,
-        d->vis_pos = 2304;
     } else {
         return epyq_err_set(err, EPYQ_E_ARG, "unknown shape '%s' (expected tiny or 35b-a3b)", shape);
     }
     if (d->tiny) {
         d->vis_cfg_depth = d->vis_depth, d->vis_cfg_hidden = d->vis_hidden;
         d->vis_cfg_inter = d->vis_inter, d->vis_cfg_heads = d->vis_heads, d->vis_cfg_pos = d->vis_pos;
+    } else { /* 35b-a3b: the tower's tensors in BF16, as every release keeps them (docs/vision.md
+                §5) */
+        d->vis_depth = d->vis_cfg_depth, d->vis_hidden = d->vis_cfg_hidden;
+        d->vis_inter = d->vis_cfg_inter, d->vis_heads = d->vis_cfg_heads,
+        d->vis_pos = d->vis_cfg_pos;
     }
     if (layers > 0) {
         if (layers > 512) return epyq_err_set(err, EPYQ_E_ARG, "--layers %d: at most 512", layers);
