@@ -79,11 +79,11 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
     if (d->tiny) {
         d->vis_cfg_depth = d->vis_depth, d->vis_cfg_hidden = d->vis_hidden;
         d->vis_cfg_inter = d->vis_inter, d->vis_cfg_heads = d->vis_heads, d->vis_cfg_pos = d->vis_pos;
-    } else { /* 35b-a3b: the tower's tensors in BF16, as every release keeps them (docs/vision.md
-                §5) */
-        d->vis_depth = d->vis_cfg_depth, d->vis_hidden = d->vis_cfg_hidden;
-        d->vis_inter = d->vis_cfg_inter, d->vis_heads = d->vis_cfg_heads,
-        d->vis_pos = d->vis_cfg_pos;
+    } else {
+        /* 35b-a3b: the tower's tensors in BF16, as every release keeps them (docs/vision.md §5) */
+        d->vis_depth = d->vis_cfg_depth, d->vis_hidden = d->vis_cfg_hidden,
+        d->vis_inter = d->vis_cfg_inter;
+        d->vis_heads = d->vis_cfg_heads, d->vis_pos = d->vis_cfg_pos;
     }
     if (layers > 0) {
         if (layers > 512) return epyq_err_set(err, EPYQ_E_ARG, "--layers %d: at most 512", layers);
