@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "benchmarks/dnnl_gemm.h"
+#include "kernels-x86/dnnl_gemm.h"
 #include "core/util.h"
 #include "kernels-x86/kern.h"
 #include "kernels-x86/membw.h"

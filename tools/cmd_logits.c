@@ -17,40 +17,45 @@
 #include "ref/ref_forward.h"
 #include "tools/cmd.h"
 #include "tools/tool_model.h"
+#include "vision/prompt.h"
 
 #define MAX_IDS 65536
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
-            "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
-            "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
-            "                   [--requant SPEC]\n"
-            "\n"
-            "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
-            "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
-            "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
-            "\n"
-            "  -m, --model DIR    checkpoint folder\n"
-            "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
-            "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
-            "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
-            "                     --mtp-drafts chained drafts (default 2)\n"
-            "  --mtp-drafts K     number of draft rows with --mtp\n"
-            "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
-            "  --ref              use the plain-C double-precision reference (small models only)\n"
-            "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
-            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
-            "                     (same as EPYQ_MAX_ISA)\n"
-            "  -t, --threads N    threads (default: one per allowed CPU)\n"
-            "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
-            "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
-            "                     requantised at load (default: exact)\n"
-            "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
-            "                     a --numa flag: one pool, no binding (numa/README.md)\n"
-            "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
-            "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
-            "  -h, --help         this text\n");
+    fprintf(
+        f,
+        "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
+        "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+        "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
+        "                   [--requant SPEC] [--image FILE]...\n"
+        "\n"
+        "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
+        "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
+        "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
+        "\n"
+        "  -m, --model DIR    checkpoint folder\n"
+        "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
+        "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
+        "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
+        "                     --mtp-drafts chained drafts (default 2)\n"
+        "  --mtp-drafts K     number of draft rows with --mtp\n"
+        "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
+        "  --image FILE       a PNG or JPEG for the prompt's k-th image (repeatable, in order);\n"
+        "                     the ids carry one <|image_pad|> per image (expanded to its token\n"
+        "                     count) or the full runs; positions are the 3-D M-RoPE ones\n"
+        "  --ref              use the plain-C double-precision reference (small models only)\n"
+        "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
+        "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
+        "                     (same as EPYQ_MAX_ISA)\n"
+        "  -t, --threads N    threads (default: one per allowed CPU)\n"
+        "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+        "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
+        "                     requantised at load (default: exact)\n"
+        "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
+        "                     a --numa flag: one pool, no binding (numa/README.md)\n"
+        "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
+        "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
+        "  -h, --help         this text\n");
 }
 
 typedef struct {
@@ -59,6 +64,9 @@ typedef struct {
     bool mtp, ref;
     epyq_numpath path;
     epyq_tool_rt rt; /* --kv-type, --numa..., --requant (tools/tool_model.h) */
+    const char *images[16];
+    int n_images;
+    epyq_vision_prompt vp; /* with --image: the expanded ids, image rows and positions */
 } opts;
 
 /* rows of the output: prompt + decode, then drafts */
@@ -123,7 +131,7 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     if (st == EPYQ_OK) {
         for (int i = 0; i < n; i++) seqs[i] = s;
         epyq_batch b = {n, seqs, o->ids, NULL};
-        st = epyq_model_forward(m, &b, r->rows, hid, err);
+        st = epyq_model_forward_img(m, &b, o->n_images ? &o->vp.img : NULL, r->rows, hid, err);
     }
     for (int t = n; st == EPYQ_OK && t < n + o->n_decode; t++) {
         int tok = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
@@ -170,6 +178,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"threads", required_argument, 0, 't'},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
+                                       {"image", required_argument, 0, 'G'},
                                        {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
@@ -199,6 +208,11 @@ static int parse(int argc, char **argv, opts *o) {
         }
         case 'M': o->mtp = true; break;
         case 'o': o->out = optarg; break;
+        case 'G':
+            if (o->n_images == 16)
+                return fprintf(stderr, "epyq logits: --image: at most 16 images\n"), 2;
+            o->images[o->n_images++] = optarg;
+            break;
         case 'R': o->ref = true; break;
         case 'P':
             if (epyq_tool_opt_path("epyq logits", optarg, &o->path)) return 2;
@@ -216,7 +230,35 @@ static int parse(int argc, char **argv, opts *o) {
     if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
     o->rt.numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
+    if (o->n_images && (o->ref || o->mtp))
+        return fprintf(stderr,
+                       "epyq logits: --image runs the runtime trunk only (not --ref or --mtp)\n"),
+               2;
     return -1;
+}
+
+/* --image: decode the files, run the tower, and replace the ids by the expanded prompt. */
+static epyq_status image_prompt(opts *o, epyq_err *err) {
+    epyq_vision *v = NULL;
+    epyq_vision_opts vo = {.n_threads = o->threads};
+    epyq_image im[16] = {{0}};
+    epyq_status st = epyq_vision_load(&v, o->dir, &vo, err);
+    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++)
+        st = epyq_image_load(&im[i], o->images[i], err);
+    if (st == EPYQ_OK)
+        st = epyq_vision_prompt_build(&o->vp, v, im, o->images, o->n_images, o->ids, o->n_ids, err);
+    if (st == EPYQ_OK && o->vp.n + o->n_decode + 1 > MAX_IDS)
+        st = epyq_err_set(err, EPYQ_E_ARG, "prompt with images: %d tokens, at most %d", o->vp.n,
+                          MAX_IDS - o->n_decode - 1);
+    if (st == EPYQ_OK) {
+        memcpy(o->ids, o->vp.ids, (size_t)o->vp.n * sizeof *o->ids);
+        o->n_ids = o->vp.n;
+        fprintf(stderr, "epyq logits: %d images, %d image tokens, encoded in %.3f s\n", o->n_images,
+                o->vp.image_tokens, o->vp.t_encode);
+    }
+    for (int i = 0; i < o->n_images; i++) epyq_image_free(&im[i]);
+    epyq_vision_free(v);
+    return st;
 }
 
 int epyq_cmd_logits(int argc, char **argv) {
@@ -233,6 +275,7 @@ int epyq_cmd_logits(int argc, char **argv) {
     bool have_cfg = false;
     if (st == EPYQ_OK) st = epyq_config_load(&cfg, o->dir, &err);
     have_cfg = st == EPYQ_OK;
+    if (st == EPYQ_OK && o->n_images) st = image_prompt(o, &err);
     result r = {0};
     if (st == EPYQ_OK) {
         r.V = cfg.vocab_size;
@@ -256,6 +299,7 @@ int epyq_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "epyq: %s\n", err.msg);
     }
     if (have_cfg) epyq_config_free(&cfg);
+    epyq_vision_prompt_free(&o->vp);
     free(r.rows);
     free(o);
     return st == EPYQ_OK ? 0 : 1;

@@ -13,9 +13,11 @@
 #include "chat/chat.h"
 #include "core/util.h"
 #include "model/spec.h"
+#include "chat/chat.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"
+#include "vision/prompt.h"
 
 static volatile sig_atomic_t g_cancel;
 static void on_sigint(int sig) {
@@ -35,6 +37,9 @@ static void usage(FILE *f) {
         "  -n, --n-predict N      tokens to generate (default 128)\n"
         "  --chat                 render the prompt as a user turn with the chat template\n"
         "  --no-think             with --chat: enable_thinking = false\n"
+        "  --image FILE           a PNG or JPEG (repeatable): with --chat the user turn starts with\n"
+        "                         the images; without it the prompt carries one\n"
+        "                         <|vision_start|><|image_pad|><|vision_end|> per image\n"
         "  -c, --ctx-size N       context (default: prompt + n + 16, at most the model's; a -c\n"
         "                         above max_position_embeddings is refused)\n"
         "  -t, --threads N        threads (default: all allowed CPUs)\n"
@@ -57,6 +62,8 @@ typedef struct {
     const char *dir, *synthetic, *prompt, *file;
     int n_predict, ctx, threads;
     bool chat, no_think;
+    const char *images[16];
+    int n_images;
     epyq_numpath path;
     int spec_k;             /* --spec mtp: drafts per step; 0 = off */
     epyq_tool_spec spec;    /* --spec, --draft, --draft-head */
@@ -68,7 +75,19 @@ typedef struct {
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
-    enum { O_CHAT = 256, O_NOTHINK, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_PATH, O_SYN };
+    enum {
+        O_CHAT = 256,
+        O_NOTHINK,
+        O_TEMP,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_PRES,
+        O_PATH,
+        O_SYN,
+        O_IMAGE
+    };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
                                        {"prompt", required_argument, 0, 'p'},
@@ -86,6 +105,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"repeat-penalty", required_argument, 0, O_REP},
                                        {"presence-penalty", required_argument, 0, O_PRES},
                                        {"path", required_argument, 0, O_PATH},
+                                       {"image", required_argument, 0, O_IMAGE},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_SPEC_LONGOPTS,
                                        EPYQ_TOOL_RT_LONGOPTS,
@@ -113,6 +133,11 @@ static int parse(int argc, char **argv, opts *o) {
         case 'f': o->file = optarg; break;
         case O_CHAT: o->chat = true; break;
         case O_NOTHINK: o->no_think = true; break;
+        case O_IMAGE:
+            if (o->n_images == 16)
+                return fprintf(stderr, "epyq run: --image: at most 16 images\n"), 2;
+            o->images[o->n_images++] = optarg;
+            break;
         case 'n': case 'c': case 't': case O_TOPK: {
             long v;
             if (epyq_tool_opt_long("epyq run", optarg, 0, 1 << 28, &v)) return 2;
@@ -154,7 +179,19 @@ static epyq_status build_prompt(const opts *o, const char *dir, const char *text
     if (st != EPYQ_OK) return st;
     cJSON *msgs = cJSON_CreateArray(), *m = cJSON_CreateObject(), *kw = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "user");
-    cJSON_AddStringToObject(m, "content", text);
+    if (o->n_images) { /* content parts: the images first, then the text (template placeholders) */
+        cJSON *parts = cJSON_AddArrayToObject(m, "content"), *t = cJSON_CreateObject();
+        for (int i = 0; i < o->n_images; i++) {
+            cJSON *im = cJSON_CreateObject();
+            cJSON_AddStringToObject(im, "type", "image");
+            cJSON_AddItemToArray(parts, im);
+        }
+        cJSON_AddStringToObject(t, "type", "text");
+        cJSON_AddStringToObject(t, "text", text);
+        cJSON_AddItemToArray(parts, t);
+    } else {
+        cJSON_AddStringToObject(m, "content", text);
+    }
     cJSON_AddItemToArray(msgs, m);
     cJSON_AddBoolToObject(kw, "add_generation_prompt", 1);
     cJSON_AddBoolToObject(kw, "enable_thinking", !o->no_think);
@@ -163,6 +200,34 @@ static epyq_status build_prompt(const opts *o, const char *dir, const char *text
     cJSON_Delete(msgs);
     cJSON_Delete(kw);
     epyq_chat_free(chat);
+    return st;
+}
+
+/* --image: the files through the tower; *ids becomes the prompt with each image's pads. */
+static epyq_status image_prompt(const opts *o, const char *dir, int32_t **ids, size_t *n_ids,
+                                epyq_vision_prompt *vp, epyq_err *err) {
+    epyq_vision *v = NULL;
+    epyq_vision_opts vo = {.n_threads = o->threads};
+    epyq_image im[16] = {{0}};
+    epyq_status st = epyq_vision_load(&v, dir, &vo, err);
+    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++)
+        st = epyq_image_load(&im[i], o->images[i], err);
+    if (st == EPYQ_OK)
+        st =
+            epyq_vision_prompt_build(vp, v, im, o->images, o->n_images, *ids, (int32_t)*n_ids, err);
+    if (st == EPYQ_OK) {
+        int32_t *cp = malloc((size_t)vp->n * sizeof *cp);
+        if (!cp) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        else {
+            memcpy(cp, vp->ids, (size_t)vp->n * sizeof *cp);
+            free(*ids);
+            *ids = cp, *n_ids = (size_t)vp->n;
+            fprintf(stderr, "[ %d images: %d image tokens, encoded in %.2f s ]\n", vp->n_img,
+                    vp->image_tokens, vp->t_encode);
+        }
+    }
+    for (int i = 0; i < o->n_images; i++) epyq_image_free(&im[i]);
+    epyq_vision_free(v);
     return st;
 }
 
@@ -183,6 +248,8 @@ int epyq_cmd_run(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
     if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
     if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
+    epyq_vision_prompt vp = {0};
+    if (st == EPYQ_OK && o.n_images) st = image_prompt(&o, dir, &ids, &n_ids, &vp, &err);
     /* The context is settled from config.json before the weights are read: a -c the model
      * cannot hold or a prompt longer than the context is refused without a long load. A last
      * speculative step may verify up to --draft positions past the answer. */
@@ -212,6 +279,7 @@ int epyq_cmd_run(int argc, char **argv) {
         if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, ctx, o.rt.kv, &sp, &err);
         if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
         g.spec_k = o.spec_k;
+        g.img = o.n_images ? &vp.img : NULL;
     }
     epyq_gen_stats gs = {0};
     if (st == EPYQ_OK) {
@@ -234,6 +302,7 @@ int epyq_cmd_run(int argc, char **argv) {
     epyq_gen_free(&g);
     epyq_model_free(m);
     epyq_tok_free(tok);
+    epyq_vision_prompt_free(&vp);
     free(ids), free(prompt), free(file_text), free(dir);
     if (st != EPYQ_OK) return 1;
     return gs.finish == EPYQ_FINISH_CANCEL ? 130 : 0;

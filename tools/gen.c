@@ -47,8 +47,10 @@ void epyq_gen_free(epyq_gen *g) {
     g->seq = NULL;
 }
 
-/* Forward n tokens of the sequence; logits of the last one into `logits`. */
-static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logits, epyq_err *err) {
+/* Forward n tokens of the sequence; logits of the last one into `logits`. img: the tokens are
+ * prompt tokens [img_off, img_off + n), which g->img (when set) describes. */
+static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, size_t img_off, bool img,
+                        float *logits, epyq_err *err) {
     epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
     uint8_t *want = calloc((size_t)n, 1);
     if (!seqs || !want) {
@@ -58,7 +60,12 @@ static epyq_status feed(epyq_gen *g, const int32_t *ids, int32_t n, float *logit
     for (int32_t i = 0; i < n; i++) seqs[i] = g->seq;
     want[n - 1] = 1;
     epyq_batch b = {n, seqs, ids, want};
-    epyq_status st = epyq_model_forward(g->model, &b, logits, NULL, err);
+    epyq_batch_img bi = {0};
+    if (img && g->img)
+        bi = (epyq_batch_img){g->img->embd ? g->img->embd + img_off : NULL,
+                              g->img->mrope ? g->img->mrope + 3 * img_off : NULL};
+    epyq_status st =
+        epyq_model_forward_img(g->model, &b, img && g->img ? &bi : NULL, logits, NULL, err);
     free(seqs), free(want);
     return st;
 }
@@ -176,7 +183,7 @@ epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all
                             "prompt of %zu tokens does not fit: %d of %d context positions are used",
                             n_ids, pos, ctx_len);
     /* copies are keyed by the ids from position 0, so only a sequence standing at `from` */
-    bool checkpoints = g->cache && g->cache_every > 0 && !g->spec_k && (size_t)pos == from;
+    bool checkpoints = g->cache && g->cache_every > 0 && !g->spec_k && (size_t)pos == from && !g->img;
     float *logits = malloc((size_t)V * sizeof(float));
     epyq_sampler *smp = NULL;
     epyq_tok_stream *ts = epyq_tok_stream_new(g->tok, true);
@@ -187,6 +194,9 @@ epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all
     stats->n_prompt = (int32_t)n_ids;
     stats->n_cached = (int32_t)from;
     stats->finish = EPYQ_FINISH_LENGTH;
+    if (st == EPYQ_OK && g->spec_k > 0 && g->img)
+        st =
+            epyq_err_set(err, EPYQ_E_ARG, "speculative decoding (--spec) does not take images yet");
     if (st == EPYQ_OK && g->spec_k > 0) {
         st = gen_spec(g, ids, n_ids, max_new, cancel, smp, ts, on_text, ctx, gen_ids, stats, err);
         goto finish;
@@ -200,7 +210,7 @@ epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all
         size_t at = from + i;
         if (checkpoints && next_checkpoint(g, at, n_all) - at < n)
             n = next_checkpoint(g, at, n_all) - at;
-        st = feed(g, ids + i, (int32_t)n, logits, err);
+        st = feed(g, ids + i, (int32_t)n, from + i, true, logits, err);
         /* a copy that cannot be made (no memory) only costs later reuse */
         if (st == EPYQ_OK && checkpoints && is_checkpoint(g, at + n)) {
             epyq_err e2;
@@ -231,7 +241,7 @@ epyq_status epyq_gen_generate_from(epyq_gen *g, const int32_t *all, size_t n_all
             stats->finish = EPYQ_FINISH_CTX;
             break;
         }
-        if (k + 1 < max_new) st = feed(g, &tok, 1, logits, err);
+        if (k + 1 < max_new) st = feed(g, &tok, 1, 0, false, logits, err);
     }
     stats->t_gen = epyq_now() - t0;
 finish:

@@ -47,6 +47,9 @@ typedef struct {
     struct epyq_prefix *cache;
     int32_t cache_every;
     int32_t marks[4], n_marks;
+    /* Image rows and M-RoPE positions for the ids of the next epyq_gen_generate (index i of
+     * embd / mrope belongs to prompt token i); NULL = a text prompt. Not with spec_k. */
+    const epyq_batch_img *img;
 } epyq_gen;
 
 typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;

@@ -17,11 +17,16 @@ static void head_norm(float *v, const float *w, int32_t n, float eps) {
     for (int32_t i = 0; i < n; i++) v[i] = v[i] * inv * (1.0f + w[i]);
 }
 
-/* rotate-half RoPE on dims [0, rd) of one head; angles formed in double */
-static void rope(const epyq_model *m, float *v, int32_t pos) {
+/* rotate-half RoPE on dims [0, rd) of one head; angles formed in double. p3: the (t, h, w)
+ * positions; frequency i turns with axis h when i % 3 == 1 and i < 3 * mrope_section[1], with w
+ * when i % 3 == 2 and i < 3 * mrope_section[2], else with t (interleaved M-RoPE,
+ * docs/vision.md §4; for text the three are equal). */
+static void rope(const epyq_model *m, float *v, const int32_t *p3) {
     int32_t half = m->d.rd / 2;
+    const int32_t *sec = m->c->mrope_section;
     for (int32_t i = 0; i < half; i++) {
-        double ang = (double)pos * m->inv_freq[i];
+        int32_t ax = i % 3 == 1 && i < 3 * sec[1] ? 1 : i % 3 == 2 && i < 3 * sec[2] ? 2 : 0;
+        double ang = (double)p3[ax] * m->inv_freq[i];
         float c = (float)(cos(ang) * m->rope_attn), s = (float)(sin(ang) * m->rope_attn);
         float a = v[i], b = v[i + half];
         v[i] = a * c - b * s;
@@ -74,15 +79,17 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
         const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
         epyq_rlin_run_many(m, proj, 3, &act);
         for (int32_t t = 0; t < T; t++) {
+            const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]},
+                          *p3 = p->rpos ? p->rpos + 3 * t : p1;
             for (int32_t h = 0; h < m->d.nq; h++) {
                 float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
                 head_norm(q, a->q_norm, hd, m->eps);
-                rope(m, q, p->pos[t]);
+                rope(m, q, p3);
             }
             for (int32_t h = 0; h < m->d.nkv; h++) {
                 float *k = kk + (size_t)t * kvd + (size_t)h * hd;
                 head_norm(k, a->k_norm, hd, m->eps);
-                rope(m, k, p->pos[t]);
+                rope(m, k, p3);
             }
             epyq_seq_kv_store(p->seq[t], ly->slot, p->pos[t], kk + (size_t)t * kvd, vv + (size_t)t * kvd);
         }

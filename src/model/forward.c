@@ -2,6 +2,7 @@
  * layers with an fp32 residual stream, final norm, lm_head. The blocks live in attn.c,
  * deltanet.c and moe.c. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,22 +61,24 @@ epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float 
 }
 
 static void plan_free(epyq_batch_plan *p) {
-    free(p->seq), free(p->pos), free(p->grp_off), free(p->grp_tok);
+    free(p->seq), free(p->pos), free(p->rpos), free(p->grp_off), free(p->grp_tok);
 }
 
 /* Positions, per-sequence groups and the context check, before any state changes. */
-static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan *p, epyq_err *err) {
+static epyq_status plan_make(epyq_model *m, const epyq_batch *b, const int32_t *mrope,
+                             epyq_batch_plan *p, epyq_err *err) {
     memset(p, 0, sizeof *p);
     int32_t T = b->n;
     p->T = T;
     p->seq = calloc((size_t)T, sizeof *p->seq);
     p->pos = calloc((size_t)T, sizeof *p->pos);
+    p->rpos = calloc((size_t)T * 3, sizeof *p->rpos);
     p->grp_off = calloc((size_t)T + 1, sizeof *p->grp_off);
     p->grp_tok = calloc((size_t)T, sizeof *p->grp_tok);
     int32_t *grp_of = calloc((size_t)T, sizeof *grp_of), *cnt = calloc((size_t)T + 1, sizeof *cnt);
     epyq_seq **gseq = calloc((size_t)T, sizeof *gseq); /* [n_groups] the group's sequence */
     epyq_status st = EPYQ_OK;
-    if (!p->seq || !p->pos || !p->grp_off || !p->grp_tok || !grp_of || !cnt || !gseq)
+    if (!p->seq || !p->pos || !p->rpos || !p->grp_off || !p->grp_tok || !grp_of || !cnt || !gseq)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "batch of %d tokens: out of memory", T);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++) {
         epyq_seq *s = b->seq[t];
@@ -97,6 +100,8 @@ static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan
         grp_of[t] = g;
         p->seq[t] = s;
         p->pos[t] = s->pos + cnt[g]++;
+        for (int a = 0; a < 3; a++)
+            p->rpos[3 * t + a] = mrope ? mrope[3 * t + a] : p->pos[t] + s->rope_delta;
     }
     for (int32_t g = 0; st == EPYQ_OK && g < p->n_groups; g++)
         if ((int64_t)gseq[g]->pos + cnt[g] > gseq[g]->n_ctx)
@@ -124,16 +129,27 @@ static epyq_status plan_make(epyq_model *m, const epyq_batch *b, epyq_batch_plan
 
 epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
                                epyq_err *err) {
+    return epyq_model_forward_img(m, b, NULL, logits, hidden, err);
+}
+
+epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img,
+                                   float *logits, float *hidden, epyq_err *err) {
     if (b->n <= 0) return EPYQ_OK;
     epyq_batch_plan p;
-    epyq_status st = plan_make(m, b, &p, err);
+    const float *const *embd = img ? img->embd : NULL;
+    const int32_t *mrope = img ? img->mrope : NULL;
+    epyq_status st = plan_make(m, b, mrope, &p, err);
     if (st != EPYQ_OK) return st;
     int32_t T = b->n, H = m->d.H;
     m->fwd_bytes = 0;
     float *x = epyq_model_alloc((size_t)T * H, sizeof(float));
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
-        st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H, err);
+        if (embd && embd[t]) /* image features in place of <|image_pad|> (docs/vision.md §4) */
+            memcpy(x + (size_t)t * H, embd[t], (size_t)H * sizeof(float));
+        else
+            st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H,
+                                      x + (size_t)t * H, err);
     bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
     for (int32_t l = 0; st == EPYQ_OK && l < m->d.L; l++) {
         moved = true;
@@ -156,6 +172,15 @@ epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits
     if (st == EPYQ_OK)
         for (int32_t t = 0; t < T; t++)
             if (p.pos[t] + 1 > p.seq[t]->pos) p.seq[t]->pos = p.pos[t] + 1;
+    if (st == EPYQ_OK && mrope) /* decode resumes after the largest rotary position given */
+        for (int32_t g = 0; g < p.n_groups; g++) {
+            epyq_seq *s = p.seq[p.grp_tok[p.grp_off[g]]];
+            int32_t mx = INT32_MIN;
+            for (int32_t i = p.grp_off[g]; i < p.grp_off[g + 1]; i++)
+                for (int a = 0; a < 3; a++)
+                    mx = p.rpos[3 * p.grp_tok[i] + a] > mx ? p.rpos[3 * p.grp_tok[i] + a] : mx;
+            s->rope_delta = mx + 1 - s->pos;
+        }
     /* A failure past the first layer (out of memory in a block, in the lm_head) leaves some
      * layers' recurrent states advanced and others not: rolling back would mean copying every
      * DeltaNet state of the batch before each step, so the sequences are marked instead, and

@@ -124,6 +124,9 @@ void epyq_seq_free(epyq_seq *s);
 /* Start over at position 0 (states zeroed; clears the mark a failed forward leaves). */
 void epyq_seq_reset(epyq_seq *s);
 int32_t epyq_seq_pos(const epyq_seq *s);
+/* The offset between rotary and cache positions left by image tokens (0 for text; reset and a
+ * restored snapshot set it to 0). */
+int32_t epyq_seq_rope_delta(const epyq_seq *s);
 int32_t epyq_seq_ctx(const epyq_seq *s);
 /* Speculative verification: the next epyq_model_forward() feeds this sequence n tokens (1 ..
  * EPYQ_SPEC_MAX, the last accepted token and the drafts) and keeps a copy of the DeltaNet
@@ -174,6 +177,17 @@ typedef struct {
     const uint8_t *want;        /* [n] 1 = return this token's logits; NULL = all */
 } epyq_batch;
 
+/* Image input for a batch (docs/vision.md §4), both optional: embd[i] non-NULL replaces token
+ * i's embedding row by that [hidden] row (an <|image_pad|>'s image features); mrope [n][3] gives
+ * each token's (t, h, w) rotary positions for the attention layers. Without mrope a token at
+ * position p rotates by p + its sequence's rope delta on all three axes; with it, the sequence's
+ * delta becomes (largest position given + 1) - (its position after the batch), which is how
+ * decoding continues after an image. The KV slot is always the position. */
+typedef struct {
+    const float *const *embd; /* [n] or NULL */
+    const int32_t *mrope;     /* [n][3] or NULL */
+} epyq_batch_img;
+
 /* Run the batch. logits: [number of wanted tokens][vocab] in batch order (may be NULL);
  * hidden: [n][hidden] post-final-norm hidden of every token (the MTP input; may be NULL).
  * Nothing is changed when the batch is refused (EPYQ_E_CTX_FULL names the sequence's
@@ -185,6 +199,9 @@ typedef struct {
  * (tests/failnth/test_failnth.c). */
 epyq_status epyq_model_forward(epyq_model *m, const epyq_batch *b, float *logits, float *hidden,
                                epyq_err *err);
+/* The same with image rows and M-RoPE positions (img may be NULL: epyq_model_forward). */
+epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epyq_batch_img *img,
+                                   float *logits, float *hidden, epyq_err *err);
 
 /* The MTP head (docs/architecture.md §5) over n rows of one sequence: row i = (hidden h [i][H],
  * token tok[i], RoPE position pos[i]); each row's K/V is stored in the sequence's MTP cache at

@@ -113,6 +113,7 @@ struct epyq_model {
 struct epyq_seq {
     epyq_model *m;
     int32_t n_ctx, pos;
+    int32_t rope_delta; /* rotary position - cache position for tokens without M-RoPE ids */
     epyq_kv_type kv;
     int32_t n_kv_layers;        /* n_attn (+1 with MTP) */
     size_t kv_elem;             /* bytes per cached value: 2 (bf16) or 1 (fp8 e4m3) */
@@ -136,7 +137,8 @@ struct epyq_seq {
 typedef struct {
     int32_t T;
     epyq_seq **seq;             /* [T] */
-    int32_t *pos;               /* [T] RoPE position = KV slot */
+    int32_t *pos;               /* [T] KV slot (= RoPE position for text) */
+    int32_t *rpos; /* [T][3] (t, h, w) RoPE positions; NULL = pos on every axis (MTP) */
     /* tokens grouped by sequence, in order (DeltaNet runs per sequence) */
     int32_t n_groups;
     int32_t *grp_off;           /* [n_groups + 1] offsets into grp_tok */

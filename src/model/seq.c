@@ -96,6 +96,7 @@ void epyq_seq_reset(epyq_seq *s) {
         memset(s->S, 0, (size_t)m->n_gdn * m->d.Hv * m->d.Dk * m->d.Dv * sizeof(float));
     }
     s->pos = 0;
+    s->rope_delta = 0;
     s->broken[0] = '\0';
     s->spec_n = 0;
 }
@@ -148,6 +149,7 @@ epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err) {
 }
 
 int32_t epyq_seq_pos(const epyq_seq *s) { return s->pos; }
+int32_t epyq_seq_rope_delta(const epyq_seq *s) { return s->rope_delta; }
 int32_t epyq_seq_ctx(const epyq_seq *s) { return s->n_ctx; }
 
 uint64_t epyq_seq_bytes(const epyq_seq *s) { return epyq_model_seq_bytes(s->m, s->n_ctx, s->kv, NULL); }

@@ -112,6 +112,8 @@ static epyq_status restore(epyq_seq *s, const void *buf, uint64_t len, const voi
     if (h.conv_f) memcpy(s->conv, p, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
     if (h.state_f) memcpy(s->S, p, h.state_f * sizeof(float));
     s->pos = h.pos;
+    /* snapshots are of text prefixes (prompts with images are never cached) */
+    s->rope_delta = 0;
     s->spec_n = 0; /* a speculation in progress belonged to the state just replaced */
     return EPYQ_OK;
 }

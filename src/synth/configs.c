@@ -381,6 +381,31 @@ static cJSON *vision_config(const epyq_synth_dims *d) {
     return v;
 }
 
+/* preprocessor_config.json with the release's values (docs/vision.md §1): image input reads
+ * every processor setting from it */
+static epyq_status write_preprocessor(const char *dir, epyq_err *err) {
+    cJSON *p = cJSON_CreateObject(), *size = cJSON_CreateObject();
+    boolean(p, "do_convert_rgb", true);
+    boolean(p, "do_normalize", true);
+    boolean(p, "do_rescale", true);
+    boolean(p, "do_resize", true);
+    raw(p, "image_mean", "[0.5, 0.5, 0.5]");
+    str(p, "image_processor_type", "Qwen2VLImageProcessorFast");
+    raw(p, "image_std", "[0.5, 0.5, 0.5]");
+    num(p, "merge_size", 2);
+    num(p, "patch_size", 16);
+    str(p, "processor_class", "Qwen3VLProcessor");
+    num(p, "resample", 3);
+    raw(p, "rescale_factor", "0.00392156862745098");
+    num(size, "longest_edge", 16777216);
+    num(size, "shortest_edge", 65536);
+    cJSON_AddItemToObject(p, "size", size);
+    num(p, "temporal_patch_size", 2);
+    epyq_status st = dump(dir, "preprocessor_config.json", p, false, err);
+    cJSON_Delete(p);
+    return st;
+}
+
 epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, epyq_synth_format f,
                                      const synth_plan *p, epyq_err *err) {
     (void)p;
@@ -427,5 +452,6 @@ epyq_status epyq_synth_write_configs(const char *dir, const epyq_synth_dims *d, 
     str(g, "transformers_version", "4.57.1");
     st = dump(dir, "generation_config.json", g, true, err);
     cJSON_Delete(g);
-    return st;
+    if (st) return st;
+    return write_preprocessor(dir, err);
 }

@@ -50,19 +50,40 @@ epyq_status epyq_synth_dims_init(epyq_synth_dims *d, const char *shape, int32_t 
                                .vis_pos = 16};
     } else if (!strcmp(shape, "35b-a3b")) {
         /* = docs/architecture.md §2.1 */
-        *d = (epyq_synth_dims){.hidden = 2048, .vocab = 248320, .layers = 40, .n_q_heads = 16,
-                               .n_kv_heads = 2, .head_dim = 256, .lin_k_heads = 16,
-                               .lin_v_heads = 32, .lin_k_dim = 128, .lin_v_dim = 128,
-                               .conv_kernel = 4, .experts = 256, .top_k = 8, .moe_inter = 512,
-                               .shared_inter = 512, .mtp_layers = 1, .max_pos = 262144,
-                               .mrope = {11, 11, 10}, .vis_cfg_depth = 27, .vis_cfg_hidden = 1152,
-                               .vis_cfg_inter = 4304, .vis_cfg_heads = 16, .vis_cfg_pos = 2304};
+        *d = (epyq_synth_dims){.hidden = 2048,
+                               .vocab = 248320,
+                               .layers = 40,
+                               .n_q_heads = 16,
+                               .n_kv_heads = 2,
+                               .head_dim = 256,
+                               .lin_k_heads = 16,
+                               .lin_v_heads = 32,
+                               .lin_k_dim = 128,
+                               .lin_v_dim = 128,
+                               .conv_kernel = 4,
+                               .experts = 256,
+                               .top_k = 8,
+                               .moe_inter = 512,
+                               .shared_inter = 512,
+                               .mtp_layers = 1,
+                               .max_pos = 262144,
+                               .mrope = {11, 11, 10},
+                               .vis_cfg_depth = 27,
+                               .vis_cfg_hidden = 1152,
+                               .vis_cfg_inter = 4304,
+                               .vis_cfg_heads = 16,
+                               .vis_cfg_pos = 2304};
     } else {
         return epyq_err_set(err, EPYQ_E_ARG, "unknown shape '%s' (expected tiny or 35b-a3b)", shape);
     }
     if (d->tiny) {
         d->vis_cfg_depth = d->vis_depth, d->vis_cfg_hidden = d->vis_hidden;
         d->vis_cfg_inter = d->vis_inter, d->vis_cfg_heads = d->vis_heads, d->vis_cfg_pos = d->vis_pos;
+    } else {
+        /* 35b-a3b: the tower's tensors in BF16, as every release keeps them (docs/vision.md §5) */
+        d->vis_depth = d->vis_cfg_depth, d->vis_hidden = d->vis_cfg_hidden,
+        d->vis_inter = d->vis_cfg_inter;
+        d->vis_heads = d->vis_cfg_heads, d->vis_pos = d->vis_cfg_pos;
     }
     if (layers > 0) {
         if (layers > 512) return epyq_err_set(err, EPYQ_E_ARG, "--layers %d: at most 512", layers);

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "benchmarks/dnnl_gemm.h"
+#include "kernels-x86/dnnl_gemm.h"
 #include "core/util.h"
 
 /* utime + stime (clock ticks) of every task but the main one, and the task count. */

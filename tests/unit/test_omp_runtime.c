@@ -4,7 +4,7 @@
  * (EPYQ_LIBS in Makefile.am), so the GOMP_* entry points oneDNN calls resolve to libomp's
  * GOMP compatibility layer and libgomp, though mapped (it is oneDNN's DT_NEEDED), never
  * runs a thread. This test re-executes tests/unit/omp_probe, which runs one bf16 matmul
- * through benchmarks/dnnl_gemm.c, and checks:
+ * through kernels-x86/dnnl_gemm.c, and checks:
  *   1. under LD_DEBUG=bindings with LD_BIND_NOW=1 (every symbol resolved at start-up, not
  *      only those called): every GOMP_* / omp_* / kmp_* symbol libdnnl.so.2 binds goes to
  *      libomp.so.5, none to libgomp.so.1, and there is at least one GOMP_* binding;
@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "benchmarks/dnnl_gemm.h"
+#include "kernels-x86/dnnl_gemm.h"
 #include "tests/check_main.h"
 #include "tests/testutil.h"
 

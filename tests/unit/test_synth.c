@@ -207,7 +207,10 @@ START_TEST(test_plan_35b) {
     expect(&p, "mtp.fc.weight", "BF16", 2, 2048, 4096, 0);
     ck_assert_ptr_null(find(&p, "model.language_model.layers.39.linear_attn.A_log")); /* full attention */
     ck_assert_ptr_nonnull(find(&p, "model.language_model.layers.39.self_attn.v_proj.weight_packed"));
-    ck_assert_ptr_null(find(&p, "model.visual.pos_embed.weight"));
+    expect(&p, "model.visual.pos_embed.weight", "BF16", 2, 2304, 1152,
+           0); /* the tower is BF16 in every release */
+    expect(&p, "model.visual.blocks.26.attn.qkv.weight", "BF16", 2, 3456, 1152, 0);
+    expect(&p, "model.visual.merger.linear_fc2.weight", "BF16", 2, 2048, 4608, 0);
     /* int4 modules: 40 x 256 x 3 experts + 40 x 3 shared + 30 x 5 GDN + 10 x 4 attention */
     ck_assert_int_eq(p.n_modules, 40 * 256 * 3 + 40 * 3 + 30 * 5 + 10 * 4);
     ck_assert_int_ge(p.n_shards, 4);
@@ -218,9 +221,10 @@ START_TEST(test_plan_35b) {
     }
     ck_assert_uint_eq(sum, p.total);
     /* ~19.4 GB of text model (4.125-bit linears, BF16 embeddings/lm_head: docs/architecture.md
-     * §7.2) plus the 1.69 GB BF16 MTP layer the compressed-tensors release copies over */
-    ck_assert_uint_gt(p.total, 20500000000ull);
-    ck_assert_uint_lt(p.total, 21500000000ull);
+     * §7.2) plus the 1.69 GB BF16 MTP layer the compressed-tensors release copies over, plus
+     * the 0.89 GB BF16 vision tower (446 571 248 params) */
+    ck_assert_uint_gt(p.total, 20500000000ull + 893142496ull);
+    ck_assert_uint_lt(p.total, 21500000000ull + 893142496ull);
     epyq_synth_plan_free(&p);
 
     /* GPTQ (§4.8): only routed experts */
@@ -260,8 +264,8 @@ START_TEST(test_plan_35b) {
     expect(&p, L0 "mlp.experts.gate_up_proj", "BF16", 3, 256, 1024, 2048);
     expect(&p, L0 "mlp.experts.down_proj", "BF16", 3, 256, 2048, 512);
     expect(&p, L0 "linear_attn.norm.weight", "BF16", 1, 128, 0, 0);
-    /* 35 951 822 704 params (docs/architecture.md §7.1) less the 446 571 248 of the vision tower */
-    ck_assert_uint_eq(p.total, 2ull * (35951822704ull - 446571248ull));
+    /* 35 951 822 704 params (docs/architecture.md §7.1), the vision tower's 446 571 248 included */
+    ck_assert_uint_eq(p.total, 2ull * 35951822704ull);
     epyq_synth_plan_free(&p);
     ck_assert_int_eq(epyq_synth_plan_build(&p, &d, EPYQ_SYNTH_BF16, false, &err), EPYQ_OK);
     expect(&p, L0 "linear_attn.A_log", "F32", 1, 32, 0, 0);

@@ -1,4 +1,4 @@
-/* benchmarks/dnnl_gemm.h — oneDNN bf16 matmul for large prefill GEMMs.
+/* kernels-x86/dnnl_gemm.h — oneDNN bf16 matmul for large prefill GEMMs.
  *
  * Promise: y[m][n] (row stride ldy) = x[m][k] . W^T with W bf16 [n][k] row-major as on disk
  * (the bf16_gemm contract of kern.h: x is rounded to bf16, products summed in fp32). One

@@ -1,11 +1,11 @@
-/* benchmarks/dnnl_gemm.c — oneDNN 2.6 (v2 C API) bf16 matmul with a primitive cache.
+/* kernels-x86/dnnl_gemm.c — oneDNN 2.6 (v2 C API) bf16 matmul with a primitive cache.
  * See dnnl_gemm.h for the contract. oneDNN 2.6 needs src and weights of the same type for a
  * bf16 matmul, so x is rounded to bf16 into a per-call buffer (m*k*2 bytes: small next to
  * the m*n*k work this path is used for). W is described in place as the k x n matrix with
  * strides {1, k}: no copy or reorder of the weights. */
 #include "config.h"
 
-#include "benchmarks/dnnl_gemm.h"
+#include "kernels-x86/dnnl_gemm.h"
 
 #ifdef EPYQ_HAVE_DNNL
 
