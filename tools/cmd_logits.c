@@ -16,6 +16,7 @@
 #include "model/sample.h"
 #include "ref/ref_forward.h"
 #include "tools/cmd.h"
+#include "tools/ep_mpi.h"
 #include "tools/tool_model.h"
 
 #define MAX_IDS 65536
@@ -51,6 +52,10 @@ static void usage(FILE *f) {
             "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
             "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
             "  -h, --help         this text\n");
+    fputs("  --ep               under mpirun/srun: one model over the ranks, each holding 1/N of\n"
+          "                     the routed experts (rank 0 writes the output; exchange and\n"
+          "                     decode timings as a JSON line on stderr)\n",
+          f);
 }
 
 typedef struct {
@@ -62,6 +67,8 @@ typedef struct {
     epyq_requant rq_lm_head, rq_dense;
     epyq_numa_opts numa;
     bool use_numa; /* a --numa flag was given */
+    bool ep;       /* --ep */
+    const epyq_ep *epc;
 } opts;
 
 /* rows of the output: prompt + decode, then drafts */
@@ -69,6 +76,7 @@ typedef struct {
     float *rows;   /* [n_rows][V] */
     int32_t V, n_rows, n_trunk;
     int drafts[16];
+    double decode_s; /* wall time of the decode steps */
 } result;
 
 static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
@@ -110,6 +118,7 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
     epyq_model_opts mo = {.path = o->path, .n_threads = o->threads, .skip_mtp = !o->mtp,
                           .numa = o->use_numa ? &o->numa : NULL, .requant_lm_head = o->rq_lm_head,
                           .requant_dense = o->rq_dense};
+    mo.ep = o->epc;
     epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
     if (st != EPYQ_OK) return st;
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
@@ -124,11 +133,13 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
         epyq_batch b = {n, seqs, o->ids, NULL};
         st = epyq_model_forward(m, &b, r->rows, hid, err);
     }
+    double t0 = epyq_now();
     for (int t = n; st == EPYQ_OK && t < n + o->n_decode; t++) {
         int tok = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
         epyq_batch b = {1, seqs, &tok, NULL};
         st = epyq_model_forward(m, &b, r->rows + (size_t)t * V, NULL, err);
     }
+    r->decode_s = epyq_now() - t0;
     if (st == EPYQ_OK && o->mtp) {
         int *tok = malloc((size_t)n * sizeof(int)), *pos = malloc((size_t)n * sizeof(int));
         float *ho = malloc((size_t)n * H * sizeof(float));
@@ -157,17 +168,26 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
 }
 
 static int parse(int argc, char **argv, opts *o) {
-    static const struct option lo[] = {
-        {"model", required_argument, 0, 'm'},   {"ids", required_argument, 0, 'i'},
-        {"decode", required_argument, 0, 'n'},  {"mtp", no_argument, 0, 'M'},
-        {"mtp-drafts", required_argument, 0, 'D'}, {"output", required_argument, 0, 'o'},
-        {"ref", no_argument, 0, 'R'},           {"path", required_argument, 0, 'P'},
-        {"isa", required_argument, 0, 'I'},     {"threads", required_argument, 0, 't'},
-        {"kv-type", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-        {"numa", required_argument, 0, 'U'},    {"numa-split", required_argument, 0, 'U'},
-        {"nodes", required_argument, 0, 'U'},   {"cpu-range", required_argument, 0, 'U'},
-        {"numa-fallback", no_argument, 0, 'U'}, {"requant", required_argument, 0, 'Q'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"ids", required_argument, 0, 'i'},
+                                       {"decode", required_argument, 0, 'n'},
+                                       {"mtp", no_argument, 0, 'M'},
+                                       {"mtp-drafts", required_argument, 0, 'D'},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"ref", no_argument, 0, 'R'},
+                                       {"path", required_argument, 0, 'P'},
+                                       {"isa", required_argument, 0, 'I'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"kv-type", required_argument, 0, 'K'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"numa", required_argument, 0, 'U'},
+                                       {"numa-split", required_argument, 0, 'U'},
+                                       {"nodes", required_argument, 0, 'U'},
+                                       {"cpu-range", required_argument, 0, 'U'},
+                                       {"numa-fallback", no_argument, 0, 'U'},
+                                       {"requant", required_argument, 0, 'Q'},
+                                       {"ep", no_argument, 0, 'E'},
+                                       {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
     o->n_ids = -1;
@@ -198,6 +218,7 @@ static int parse(int argc, char **argv, opts *o) {
         }
         case 'o': o->out = optarg; break;
         case 'R': o->ref = true; break;
+        case 'E': o->ep = true; break;
         case 'P':
             if (epyq_numpath_parse(optarg) < 0)
                 return fprintf(stderr, "epyq logits: --path: expected a16 or a8, got '%s'\n", optarg), 2;
@@ -228,6 +249,11 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (optind < argc) return fprintf(stderr, "epyq logits: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
+    if (o->ep && (o->ref || o->use_numa))
+        return fprintf(
+                   stderr,
+                   "epyq logits: --ep runs the runtime model without --numa: drop --ref / --numa*\n"),
+               2;
     o->numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
     return -1;
@@ -242,7 +268,11 @@ int epyq_cmd_logits(int argc, char **argv) {
         return rc;
     }
     epyq_err err = {0};
-    epyq_status st = epyq_kern_init(&err);
+    epyq_ep *ep = NULL;
+    epyq_status st = o->ep ? epyq_tool_ep_open(&ep, &argc, &argv, &err) : EPYQ_OK;
+    o->epc = ep;
+    const bool lead = !ep || ep->rank == 0; /* --ep: rank 0 writes and prints */
+    if (st == EPYQ_OK) st = epyq_kern_init(&err);
     epyq_config cfg;
     bool have_cfg = false;
     if (st == EPYQ_OK) st = epyq_config_load(&cfg, o->dir, &err);
@@ -256,9 +286,11 @@ int epyq_cmd_logits(int argc, char **argv) {
         if (!r.rows) st = epyq_err_set(&err, EPYQ_E_NOMEM, "logits [%d][%d]: out of memory", r.n_rows, r.V);
     }
     if (st == EPYQ_OK) st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err);
-    if (st == EPYQ_OK && o->out)
+    if (st == EPYQ_OK && ep) epyq_tool_ep_report(ep, o->n_decode, r.decode_s);
+    if (st == EPYQ_OK && o->out && lead)
         st = epyq_file_write_atomic(o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err);
-    if (st == EPYQ_OK) {
+    if (st == EPYQ_OK && !lead) {
+    } else if (st == EPYQ_OK) {
         printf("{\"rows\": %d, \"vocab\": %d, \"prompt\": %d, \"decode\": %d, \"argmax\": [", r.n_rows, r.V,
                o->n_ids, o->n_decode);
         for (int i = 0; i < r.n_trunk; i++)
@@ -268,7 +300,12 @@ int epyq_cmd_logits(int argc, char **argv) {
         printf("], \"engine\": \"%s\"}\n", o->ref ? "ref" : epyq_kern()->name);
     } else {
         fprintf(stderr, "epyq: %s\n", err.msg);
+        if (ep) { /* the other ranks wait for this one's next exchange: end them all */
+            fflush(stderr);
+            epyq_tool_ep_abort(ep, 1);
+        }
     }
+    epyq_tool_ep_close(ep);
     if (have_cfg) epyq_config_free(&cfg);
     free(r.rows);
     free(o);

@@ -274,7 +274,8 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
         /* weight bytes this call streams: every routed expert a token chose, once (expert 0's
          * size stands for all: NUMA mode packs the others on their nodes) */
         uint64_t touched = 0;
-        for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e];
+        for (int32_t e = 0; e < E; e++)
+            touched += e_off[e + 1] > e_off[e] && epyq_model_ep_owns(m, e);
         m->fwd_bytes += touched * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
                                    epyq_rlin_bytes(&mw->down[0]));
         int32_t *fill = malloc(((size_t)E + 1) * sizeof(int32_t));
@@ -292,11 +293,14 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
             int32_t nt = 0;
             /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
             int32_t numa_layer = epyq_moe_numa_layer(m, mw);
-            for (int32_t e = numa_layer >= 0 ? E : 0; e <= E; e++)
+            for (int32_t e = numa_layer >= 0 ? E : 0; e <= E; e++) {
+                /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
+                if (e < E ? !epyq_model_ep_owns(m, e) : m->ep && m->ep->rank != 0) continue;
                 for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
                     int32_t n = e_off[e + 1] - e_off[e] - off;
                     tasks[nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
                 }
+            }
             moe_job j = {.m = m, .mw = mw, .x = x, .ent_tok = ent_tok, .ent_row = ent_row, .ent_w = ent_w,
                          .e_off = e_off, .tasks = tasks, .ys = ys, .pieces = 1};
             bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
@@ -323,6 +327,9 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
             /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
             if (st == EPYQ_OK && numa_layer >= 0)
                 st = epyq_moe_numa_run(m, numa_layer, mw, T, x, sel, wt, ys, S * H, err);
+            /* the other ranks' rows (zero here, ys is allocated zeroed): an exact sum */
+            if (st == EPYQ_OK && m->ep)
+                st = m->ep->sum_rows(m->ep->ctx, ys, n_ent * (size_t)H, err);
         }
         free(fill);
     }
