@@ -117,7 +117,10 @@ static void usage(FILE *f) {
         "  -h, --help            this text\n"
         "\n"
         "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
-        "results are on disk; rerun with --resume), 1 fatal error.\n",
+        "results are on disk; rerun with --resume), 1 fatal error.\n"
+        "\n"
+        "Under mpirun or srun (an epyq built with MPI) the job runs over the ranks, each with its\n"
+        "own model copy; rank 0 reads the input and writes the output (README: batch over MPI).\n",
         epyq_tool_rt_help, epyq_tool_spec_help);
 }
 

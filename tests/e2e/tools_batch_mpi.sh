@@ -73,4 +73,8 @@ expect 0 "single-process file resumed by mpirun -np 2" $MPIRUN -np 2 "$EPYQ" $B 
 cmp "$T/full.jsonl" "$T/half.jsonl" && ok "resumed over ranks = single-process output" || fail "resume over ranks differs"
 expect 1 "an existing output without --resume is refused by the lead" $MPIRUN -np 2 "$EPYQ" $B -m "$M" -i "$T/big.jsonl" -o "$T/half.jsonl"
 [ "$(grep -c 'exists and is not empty' "$T/err")" = 1 ] || fail "expected the refusal once (from the lead), got: $(grep -c 'exists and is not empty' "$T/err")"
+# srun without an MPI plugin starts independent tasks: each would run the whole job into the
+# same file, so epyq refuses.
+SLURM_STEP_NUM_TASKS=2 expect 1 "srun without MPI is refused" "$EPYQ" $B -m "$M" -i "$T/big.jsonl" -o "$T/srun.jsonl"
+grep -q 'srun --mpi=pmix' "$T/err" || fail "the srun refusal does not say what to use: $(cat "$T/err")"
 finish
