@@ -31,6 +31,7 @@
 #include "model/sample.h"
 #include "tok/sbuf.h"
 #include "tok/tokenizer.h"
+#include "tools/batch_mpi.h"
 #include "tools/batch_req.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
@@ -49,7 +50,8 @@ typedef struct {
     epyq_tool_spec spec; /* --spec, --draft, --draft-head */
 } opts;
 
-typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED } job_state;
+/* JOB_REMOTE: another MPI rank runs it (tools/batch_mpi.h); the lead waits for its record */
+typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED, JOB_REMOTE } job_state;
 
 typedef struct batch batch;
 
@@ -57,6 +59,8 @@ typedef struct {
     batch *b;
     epyq_batch_req req;
     int64_t line_no;
+    uint64_t weight; /* MPI share: estimated rows of forward calls (prompt + generated) */
+    int owner;       /* MPI rank that runs it */
     job_state state;
     bool failed;
     char *record;           /* finished output line without '\n' */
@@ -73,6 +77,7 @@ struct batch {
     epyq_engine *eng;
     epyq_tok *tok;
     epyq_chat *chat;        /* NULL if the checkpoint has no template */
+    epyq_batch_mpi *mp;     /* NULL: one process */
     const epyq_config *cfg;
     char model_name[128];
     int32_t ctx_limit;
@@ -112,7 +117,10 @@ static void usage(FILE *f) {
         "  -h, --help            this text\n"
         "\n"
         "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
-        "results are on disk; rerun with --resume), 1 fatal error.\n",
+        "results are on disk; rerun with --resume), 1 fatal error.\n"
+        "\n"
+        "Under mpirun or srun (an epyq built with MPI) the job runs over the ranks, each with its\n"
+        "own model copy; rank 0 reads the input and writes the output (README: batch over MPI).\n",
         epyq_tool_rt_help, epyq_tool_spec_help);
 }
 
@@ -267,18 +275,26 @@ static char *record_ok(const batch *b, const job *j) {
     return s;
 }
 
-/* Write every finished record of the contiguous prefix, then fsync once. */
+/* Write every finished record of the contiguous prefix, then fsync once. An MPI worker sends
+ * its own records to the lead instead, in the same order. */
 static epyq_status flush_prefix(batch *b, epyq_err *err) {
-    bool wrote = false;
+    bool wrote = false, worker = epyq_batch_mpi_rank(b->mp) != 0;
     while (b->next_write < b->n_jobs) {
         job *j = &b->jobs[b->next_write];
-        if (j->state == JOB_SKIPPED) {
+        if (j->state == JOB_SKIPPED || (worker && j->state == JOB_REMOTE)) {
             b->next_write++;
             continue;
         }
         if (j->state != JOB_DONE) break;
         if (!j->record) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory building a record");
         size_t n = strlen(j->record);
+        if (worker) {
+            TRY(epyq_batch_mpi_send_record(b->mp, b->next_write, j->failed, j->record, n, err));
+            free(j->record);
+            j->record = NULL;
+            b->next_write++;
+            continue;
+        }
         j->record[n] = '\n'; /* cJSON allocated n + 1 bytes: reuse the terminator slot */
         const char *p = j->record;
         size_t left = n + 1;
@@ -383,10 +399,21 @@ static void progress(batch *b, bool final) {
     b->last_progress = now;
     epyq_engine_stats es;
     epyq_engine_get_stats(b->eng, &es);
+    epyq_batch_mpi_stats ms = {es.gen_tokens, es.prompt_tokens, es.cached_tokens};
+    if (epyq_batch_mpi_rank(b->mp)) { /* a worker: the lead prints the whole job's line */
+        epyq_batch_mpi_send_progress(b->mp, &ms);
+        return;
+    }
+    epyq_batch_mpi_remote_stats(b->mp, &ms);
+    es.gen_tokens += ms.gen_tokens, es.prompt_tokens += ms.prompt_tokens,
+        es.cached_tokens += ms.cached_tokens;
     double el = now - b->t0, rate = el > 0 ? (double)es.gen_tokens / el : 0;
     double eta = b->n_done ? el * (double)(b->n_todo - b->n_done) / (double)b->n_done : 0;
     fprintf(stderr, "%sbatch: %zu/%zu done, %zu failed, %.1f tokens/s, elapsed %.0fs, ETA %.0fs%s",
             tty ? "\r" : "", b->n_done, b->n_todo, b->n_failed, rate, el, eta, tty && !final ? "   " : "\n");
+    if (final && b->mp)
+        fprintf(stderr, "batch: %d ranks (prefix cache and spec figures below are rank 0's)\n",
+                epyq_batch_mpi_size(b->mp));
     if (final)
         fprintf(
             stderr,
@@ -447,7 +474,12 @@ static epyq_status read_done_ids(const char *path, cJSON **ids, epyq_err *err) {
 static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
     char *data = NULL;
     size_t len = 0;
-    epyq_status st = epyq_file_read(b->o->in, (size_t)1 << 34, &data, &len, err);
+    /* MPI: the lead reads the file, every rank parses the same bytes */
+    epyq_status st = epyq_batch_mpi_rank(b->mp)
+                         ? EPYQ_OK
+                         : epyq_file_read(b->o->in, (size_t)1 << 34, &data, &len, err);
+    st = epyq_batch_mpi_share(b->mp, st, &data, &len, err);
+    epyq_batch_mpi_start(b->mp); /* the last shared step: from here a worker's failure is its own */
     if (st != EPYQ_OK) return st;
     size_t cap = 64;
     b->jobs = calloc(cap, sizeof *b->jobs);
@@ -472,6 +504,9 @@ static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
         j->line_no = line;
         epyq_batch_req_parse(&j->req, q, line);
         if (!j->req.custom_id) { st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"); break; }
+        /* about 4 bytes a token, then one row per generated token */
+        j->weight =
+            j->req.err_code[0] ? 1 : (uint64_t)(end - q) / 4 + 1 + (uint64_t)j->req.max_tokens;
         if (cJSON_GetObjectItemCaseSensitive(seen, j->req.custom_id)) {
             if (!j->req.err_code[0]) {
                 snprintf(j->req.err_code, sizeof j->req.err_code, "duplicate_custom_id");
@@ -492,6 +527,94 @@ static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
     return st;
 }
 
+/* ---- MPI ranks (tools/batch_mpi.h) -------------------------------------------------------- */
+
+/* The lead's --resume findings, as JSON, to every rank. */
+static epyq_status share_done_ids(batch *b, epyq_status st, cJSON **done_ids, epyq_err *err) {
+    const bool lead = epyq_batch_mpi_rank(b->mp) == 0;
+    char *s = NULL;
+    size_t n = 0;
+    if (lead && st == EPYQ_OK) {
+        s = cJSON_PrintUnformatted(*done_ids);
+        if (!s) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        else
+            n = strlen(s);
+    }
+    st = epyq_batch_mpi_share(b->mp, st, &s, &n, err);
+    if (st == EPYQ_OK && !lead) {
+        cJSON_Delete(*done_ids);
+        *done_ids = cJSON_Parse(s);
+        if (!*done_ids)
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory parsing the lead's --resume list");
+    }
+    free(s);
+    return st;
+}
+
+/* Every rank computes the same owners from the same job table; another rank's jobs are
+ * JOB_REMOTE here. Prompt length and max_tokens are known before tokenizing, so no rank renders
+ * a template that is not its own. */
+static epyq_status assign_jobs(batch *b, epyq_err *err) {
+    uint64_t *w = malloc((b->n_jobs ? b->n_jobs : 1) * sizeof *w);
+    int *own = malloc((b->n_jobs ? b->n_jobs : 1) * sizeof *own);
+    epyq_status st = w && own ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+    for (size_t i = 0; st == EPYQ_OK && i < b->n_jobs; i++)
+        w[i] = b->jobs[i].state == JOB_PENDING ? b->jobs[i].weight : 0;
+    if (st == EPYQ_OK)
+        st = epyq_batch_mpi_assign(w, b->n_jobs, epyq_batch_mpi_size(b->mp), own, err);
+    for (size_t i = 0; st == EPYQ_OK && i < b->n_jobs; i++) {
+        b->jobs[i].owner = own[i];
+        if (b->jobs[i].state == JOB_PENDING && own[i] != epyq_batch_mpi_rank(b->mp))
+            b->jobs[i].state = JOB_REMOTE;
+    }
+    free(w), free(own);
+    return st;
+}
+
+static bool on_remote_record(void *ctx, size_t idx, bool failed, char *record) {
+    batch *b = ctx;
+    if (idx >= b->n_jobs || b->jobs[idx].state != JOB_REMOTE) return false;
+    job *j = &b->jobs[idx];
+    j->record = record, j->state = JOB_DONE, j->failed = failed;
+    b->n_done++, b->n_failed += failed;
+    return true;
+}
+
+/* The lead, its own work done (or stopped): take the workers' records until each has sent its
+ * FIN, writing the prefix as it grows. A signal or the lead's own failure stops them first. */
+static epyq_status wait_workers(batch *b, epyq_status st, epyq_err *err) {
+    if (!epyq_batch_mpi_started(b->mp)) return st;
+    epyq_err e2 = {0};
+    while (epyq_batch_mpi_running(b->mp) > 0) {
+        if (st != EPYQ_OK || g_stop) epyq_batch_mpi_stop_all(b->mp);
+        epyq_status ps =
+            epyq_batch_mpi_poll(b->mp, 0.2, on_remote_record, b, st == EPYQ_OK ? err : &e2);
+        if (ps != EPYQ_OK) return st == EPYQ_OK ? ps : st;
+        if (st == EPYQ_OK && b->out_fd >= 0) st = flush_prefix(b, err);
+        if (b->eng) progress(b, false);
+    }
+    return st;
+}
+
+/* The lead names every worker that failed and how many of its requests are left; returns the
+ * number of such workers. */
+static int report_workers(const batch *b) {
+    int n = 0;
+    for (int r = 1; r < epyq_batch_mpi_size(b->mp); r++) {
+        const char *why;
+        int s = epyq_batch_mpi_worker_status(b->mp, r, &why);
+        if (s != 1 && s != -1) continue;
+        size_t left = 0;
+        for (size_t i = 0; i < b->n_jobs; i++)
+            left += b->jobs[i].state == JOB_REMOTE && b->jobs[i].owner == r;
+        fprintf(stderr,
+                "batch: rank %d %s%s%s; its %zu unfinished requests are left for --resume\n", r,
+                s < 0 ? "did not finish" : "failed", *why ? ": " : "", why, left);
+        n++;
+    }
+    return n;
+}
+
 int epyq_cmd_batch(int argc, char **argv) {
     opts o = {0};
     int rc = parse(argc, argv, &o);
@@ -500,15 +623,27 @@ int epyq_cmd_batch(int argc, char **argv) {
     batch b = {.o = &o, .out_fd = -1};
     char *dir = NULL;
     cJSON *done_ids = NULL;
-    epyq_status st = epyq_kern_init(&err);
-    if (st == EPYQ_OK && !o.resume) {
+    epyq_status st = epyq_batch_mpi_open(&b.mp, &argc, &argv, &err);
+    if (st != EPYQ_OK) return fprintf(stderr, "epyq: %s\n", err.msg), 1;
+    const bool lead = epyq_batch_mpi_rank(b.mp) == 0;
+    st = epyq_kern_init(&err);
+    /* a worker's own failure before the shared steps: they still run (the lead waits in them),
+     * the FIN reports it */
+    epyq_status st_own = lead ? EPYQ_OK : st;
+    epyq_err err_own = err;
+    if (!lead) st = EPYQ_OK;
+    if (!lead) { /* only the lead touches the output; it shares what --resume found */
+    } else if (st == EPYQ_OK && !o.resume) {
         struct stat sb;
         if (stat(o.out, &sb) == 0 && sb.st_size > 0)
             st = epyq_err_set(&err, EPYQ_E_ARG, "%s exists and is not empty: use --resume to continue it, or remove it", o.out);
     }
-    if (st == EPYQ_OK) st = o.resume ? read_done_ids(o.out, &done_ids, &err) : EPYQ_OK;
+    if (st == EPYQ_OK && lead) st = o.resume ? read_done_ids(o.out, &done_ids, &err) : EPYQ_OK;
     if (st == EPYQ_OK && !done_ids) done_ids = cJSON_CreateObject();
+    if (b.mp) st = share_done_ids(&b, st, &done_ids, &err);
     if (st == EPYQ_OK) st = load_jobs(&b, done_ids, &err);
+    if (st == EPYQ_OK && b.mp) st = assign_jobs(&b, &err);
+    if (st == EPYQ_OK && st_own != EPYQ_OK) st = st_own, err = err_own;
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&b.tok, dir, &err);
     if (st == EPYQ_OK) {
@@ -539,7 +674,7 @@ int epyq_cmd_batch(int argc, char **argv) {
                                      .spec_adaptive = true};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
-    if (st == EPYQ_OK) {
+    if (st == EPYQ_OK && lead) {
         b.out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (b.out_fd < 0) st = epyq_err_set(&err, EPYQ_E_IO, "%s: cannot open for writing: %s", o.out, strerror(errno));
     }
@@ -550,20 +685,35 @@ int epyq_cmd_batch(int argc, char **argv) {
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         b.t0 = epyq_now();
-        while (st == EPYQ_OK && !g_stop) {
+        while (st == EPYQ_OK && !g_stop && !epyq_batch_mpi_stop_asked(b.mp)) {
             while (st == EPYQ_OK && epyq_engine_free_slots(b.eng) > 0 && b.next_admit < b.n_jobs) {
                 job *j = &b.jobs[b.next_admit++];
                 if (j->state == JOB_PENDING) st = job_admit(&b, j, &err);
             }
             if (st == EPYQ_OK) st = epyq_engine_step(b.eng, &err);
             if (st == EPYQ_OK && b.oom) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
+            if (st == EPYQ_OK) st = epyq_batch_mpi_poll(b.mp, 0, on_remote_record, &b, &err);
             if (st == EPYQ_OK) st = flush_prefix(&b, &err);
             progress(&b, false);
             if (!epyq_engine_active(b.eng) && b.next_admit >= b.n_jobs) break;
         }
+    }
+    if (b.mp && lead) st = wait_workers(&b, st, &err);
+    if (b.eng) {
         if (st == EPYQ_OK) st = flush_prefix(&b, &err); /* interrupted: the finished prefix only */
         progress(&b, true);
     }
+    if (!lead) { /* a worker's status and error line go to the lead, which reports them */
+        epyq_engine_stats es = {0};
+        if (b.eng) epyq_engine_get_stats(b.eng, &es);
+        const epyq_batch_mpi_stats ms = {es.gen_tokens, es.prompt_tokens, es.cached_tokens};
+        rc = st != EPYQ_OK ? 1 : g_stop == SIGTERM ? 143 : g_stop ? 130 : 0;
+        epyq_err fe = {0};
+        if (epyq_batch_mpi_started(b.mp) &&
+            epyq_batch_mpi_finish(b.mp, rc, &err, &ms, &fe) != EPYQ_OK)
+            fprintf(stderr, "epyq: rank %d: %s\n", epyq_batch_mpi_rank(b.mp), fe.msg);
+    }
+    int n_lost = lead ? report_workers(&b) : 0;
     if (b.out_fd >= 0) close(b.out_fd);
     epyq_engine_free(b.eng);
     for (size_t i = 0; i < b.n_jobs; i++) {
@@ -577,13 +727,18 @@ int epyq_cmd_batch(int argc, char **argv) {
     epyq_tok_free(b.tok);
     epyq_model_free(b.m);
     free(dir);
-    if (st != EPYQ_OK) {
+    if (lead && st != EPYQ_OK) {
         fprintf(stderr, "epyq: %s\n", err.msg);
-        return 1;
+        rc = 1;
+    } else if (lead && (n_lost || g_stop)) {
+        fprintf(stderr, "batch: %s%zu results are on disk, rerun with --resume to finish\n",
+                g_stop ? "interrupted; " : "", b.next_write);
+        rc = n_lost ? 1 : g_stop == SIGTERM ? 143 : 130;
+    } else if (lead) {
+        rc = b.n_failed ? 2 : 0;
     }
-    if (g_stop) {
-        fprintf(stderr, "batch: interrupted; %zu results are on disk, rerun with --resume to finish\n", b.next_write);
-        return g_stop == SIGTERM ? 143 : 130;
-    }
-    return b.n_failed ? 2 : 0;
+    /* last: MPI_Finalize waits for every rank, and mpirun may kill a rank that waits there
+     * after a signal, so everything is said and written before it */
+    epyq_batch_mpi_close(b.mp);
+    return rc;
 }

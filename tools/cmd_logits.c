@@ -16,6 +16,7 @@
 #include "model/sample.h"
 #include "ref/ref_forward.h"
 #include "tools/cmd.h"
+#include "tools/ep_mpi.h"
 #include "tools/tool_model.h"
 #include "vision/prompt.h"
 
@@ -56,6 +57,10 @@ static void usage(FILE *f) {
         "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
         "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
         "  -h, --help         this text\n");
+    fputs("  --ep               under mpirun/srun: one model over the ranks, each holding 1/N of\n"
+          "                     the routed experts (rank 0 writes the output; exchange and\n"
+          "                     decode timings as a JSON line on stderr)\n",
+          f);
 }
 
 typedef struct {
@@ -67,6 +72,8 @@ typedef struct {
     const char *images[16];
     int n_images;
     epyq_vision_prompt vp; /* with --image: the expanded ids, image rows and positions */
+    bool ep; /* --ep */
+    const epyq_ep *epc;
 } opts;
 
 /* rows of the output: prompt + decode, then drafts */
@@ -74,6 +81,7 @@ typedef struct {
     float *rows;   /* [n_rows][V] */
     int32_t V, n_rows, n_trunk;
     int drafts[16];
+    double decode_s; /* wall time of the decode steps */
 } result;
 
 static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
@@ -118,6 +126,7 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
                           .numa = o->rt.use_numa ? &o->rt.numa : NULL,
                           .requant_lm_head = o->rt.rq_lm_head,
                           .requant_dense = o->rt.rq_dense};
+    mo.ep = o->epc;
     epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
     if (st != EPYQ_OK) return st;
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
@@ -133,11 +142,13 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
         epyq_batch b = {n, seqs, o->ids, NULL};
         st = epyq_model_forward_img(m, &b, o->n_images ? &o->vp.img : NULL, r->rows, hid, err);
     }
+    double t0 = epyq_now();
     for (int t = n; st == EPYQ_OK && t < n + o->n_decode; t++) {
         int tok = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
         epyq_batch b = {1, seqs, &tok, NULL};
         st = epyq_model_forward(m, &b, r->rows + (size_t)t * V, NULL, err);
     }
+    r->decode_s = epyq_now() - t0;
     if (st == EPYQ_OK && o->mtp) {
         int *tok = malloc((size_t)n * sizeof(int)), *pos = malloc((size_t)n * sizeof(int));
         float *ho = malloc((size_t)n * H * sizeof(float));
@@ -179,6 +190,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
                                        {"image", required_argument, 0, 'G'},
+                                       {"ep", no_argument, 0, 'E'},
                                        {0, 0, 0, 0}};
     o->n_drafts = 2;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
@@ -214,6 +226,7 @@ static int parse(int argc, char **argv, opts *o) {
             o->images[o->n_images++] = optarg;
             break;
         case 'R': o->ref = true; break;
+        case 'E': o->ep = true; break;
         case 'P':
             if (epyq_tool_opt_path("epyq logits", optarg, &o->path)) return 2;
             break;
@@ -228,6 +241,11 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (optind < argc) return fprintf(stderr, "epyq logits: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir || o->n_ids < 1) return fprintf(stderr, "epyq logits: -m DIR and --ids are required\n"), 2;
+    if (o->ep && (o->ref || o->rt.use_numa))
+        return fprintf(
+                   stderr,
+                   "epyq logits: --ep runs the runtime model without --numa: drop --ref / --numa*\n"),
+               2;
     o->rt.numa.n_threads = o->threads;
     if (o->n_ids + o->n_decode + 1 > MAX_IDS) return fprintf(stderr, "epyq logits: too many positions\n"), 2;
     if (o->n_images && (o->ref || o->mtp))
@@ -270,7 +288,11 @@ int epyq_cmd_logits(int argc, char **argv) {
         return rc;
     }
     epyq_err err = {0};
-    epyq_status st = epyq_kern_init(&err);
+    epyq_ep *ep = NULL;
+    epyq_status st = o->ep ? epyq_tool_ep_open(&ep, &argc, &argv, &err) : EPYQ_OK;
+    o->epc = ep;
+    const bool lead = !ep || ep->rank == 0; /* --ep: rank 0 writes and prints */
+    if (st == EPYQ_OK) st = epyq_kern_init(&err);
     epyq_config cfg;
     bool have_cfg = false;
     if (st == EPYQ_OK) st = epyq_config_load(&cfg, o->dir, &err);
@@ -285,9 +307,11 @@ int epyq_cmd_logits(int argc, char **argv) {
         if (!r.rows) st = epyq_err_set(&err, EPYQ_E_NOMEM, "logits [%d][%d]: out of memory", r.n_rows, r.V);
     }
     if (st == EPYQ_OK) st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err);
-    if (st == EPYQ_OK && o->out)
+    if (st == EPYQ_OK && ep) epyq_tool_ep_report(ep, o->n_decode, r.decode_s);
+    if (st == EPYQ_OK && o->out && lead)
         st = epyq_file_write_atomic(o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err);
-    if (st == EPYQ_OK) {
+    if (st == EPYQ_OK && !lead) {
+    } else if (st == EPYQ_OK) {
         printf("{\"rows\": %d, \"vocab\": %d, \"prompt\": %d, \"decode\": %d, \"argmax\": [", r.n_rows, r.V,
                o->n_ids, o->n_decode);
         for (int i = 0; i < r.n_trunk; i++)
@@ -297,7 +321,12 @@ int epyq_cmd_logits(int argc, char **argv) {
         printf("], \"engine\": \"%s\"}\n", o->ref ? "ref" : epyq_kern()->name);
     } else {
         fprintf(stderr, "epyq: %s\n", err.msg);
+        if (ep) { /* the other ranks wait for this one's next exchange: end them all */
+            fflush(stderr);
+            epyq_tool_ep_abort(ep, 1);
+        }
     }
+    epyq_tool_ep_close(ep);
     if (have_cfg) epyq_config_free(&cfg);
     epyq_vision_prompt_free(&o->vp);
     free(r.rows);

@@ -31,6 +31,7 @@ static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w 
                                epyq_err *err) {
     /* NUMA mode: int4 experts past 0 are packed on their nodes (numa_moe.c) */
     if (e > 0 && m->numa_experts && mr->gate[0].q4) return EPYQ_OK;
+    if (e > 0 && !epyq_model_ep_owns(m, e)) return EPYQ_OK; /* another rank's (model.h: epyq_ep) */
     if (m->rq_experts != EPYQ_REQUANT_NONE && mw->gate[e].kind != EPYQ_LIN_Q4) {
         TRY(epyq_rlin_requant(m, &mr->gate[e], &mw->gate[e], m->rq_experts, m->rq_gs, err));
         TRY(epyq_rlin_requant(m, &mr->up[e], &mw->up[e], m->rq_experts, m->rq_gs, err));
@@ -292,6 +293,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     m->f32_act = o.f32_act;
     m->gdn_chunk_min = o.gdn_chunk_min;
     m->moe_split = true;
+    m->ep = o.ep && o.ep->size > 1 ? o.ep : NULL;
     m->kt = o.kernels ? o.kernels : epyq_kern();
     epyq_bind_opts bo = {.skip_mtp = o.skip_mtp};
     epyq_status st = epyq_weights_bind(&m->w, dir, &bo, err);
@@ -305,7 +307,12 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     if (st == EPYQ_OK) {
         m->n_threads = epyq_pool_size(m->pool);
         m->numa_experts = o.numa && o.numa->mode != EPYQ_NUMA_OFF;
-        st = model_build(m, &o, err);
+        st =
+            m->ep && m->numa_experts
+                ? epyq_err_set(
+                      err, EPYQ_E_ARG,
+                      "expert parallelism over ranks: expected --numa off, got NUMA-placed experts")
+                : model_build(m, &o, err);
     }
     if (st == EPYQ_OK && m->numa_experts) st = epyq_model_numa_load(m, o.numa, o.moe_slice, err);
     if (st != EPYQ_OK) {

@@ -43,6 +43,19 @@ int32_t epyq_requant_group(const epyq_weights *w);
 /* Bytes a [n][k] linear requantised to `kind` with group gs streams per pass (0: cannot). */
 uint64_t epyq_requant_bytes(int64_t n, int64_t k, int32_t gs, epyq_requant kind);
 
+/* Expert parallelism over copies of the model in several processes (tools/ep_mpi.c runs it on
+ * MPI): every copy runs the same forward calls in lockstep with the whole dense part, and holds
+ * and runs only the routed experts e with e % size == rank (expert 0 is loaded everywhere, as
+ * the layout's reference, and run by its owner only); the shared expert runs on rank 0.
+ * sum_rows adds the ranks' (token, top-k slot) output rows in place; each row is computed on
+ * exactly one rank and zero on the others, so the sum is exact and the token's own top-k sum
+ * (moe.c) gives the bits of one process. */
+typedef struct epyq_ep {
+    int32_t rank, size;
+    epyq_status (*sum_rows)(void *ctx, float *rows, size_t n, epyq_err *err);
+    void *ctx;
+} epyq_ep;
+
 typedef struct {
     /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value; int16
      * per-group activations, VPDPWSSD) or EPYQ_PATH_A8 (int8 per-group activations, VPDPBUSD).
@@ -86,6 +99,8 @@ typedef struct {
     /* With the MTP head loaded: a requantised copy of the lm_head that MTP drafts read
      * (src/model/spec.c); verification always reads the lm_head itself. NONE = drafts read it. */
     epyq_requant draft_head;
+    /* Expert parallelism (above); NULL or size 1 = every expert here. Kept by pointer. */
+    const epyq_ep *ep;
 } epyq_model_opts;
 
 typedef struct epyq_model epyq_model;

@@ -101,6 +101,7 @@ struct epyq_model {
      * numa_experts is set, model.c packs only expert 0 of each layer; NULL numa = one pool. */
     bool numa_experts;
     struct epyq_model_numa *numa;
+    const epyq_ep *ep; /* expert parallelism (model.h); NULL: one process */
     /* Act-order (linear.c): some linear run through epyq_rlin_run_many has a perm (set by
      * loads that may run in parallel, hence atomic); epyq_rlin_act then keeps room for one
      * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
@@ -191,6 +192,10 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
                               epyq_requant kind, int32_t gs, epyq_err *err);
 
 uint64_t epyq_rlin_bytes(const epyq_rlin *l);
+/* Expert parallelism: does this copy hold and run routed expert e? */
+static inline bool epyq_model_ep_owns(const epyq_model *m, int32_t e) {
+    return !m->ep || m->ep->size <= 1 || e % m->ep->size == m->ep->rank;
+}
 void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
 
 /* ---- the blocks: x [T][H] normed input → out [T][H] */

@@ -311,7 +311,7 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
     /* every routed expert a token chose, once (expert 0's size stands for all: NUMA mode packs
      * the others on their nodes) */
     uint64_t touched = 0;
-    for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e];
+    for (int32_t e = 0; e < E; e++) touched += e_off[e + 1] > e_off[e] && epyq_model_ep_owns(m, e);
     m->fwd_bytes += touched * (epyq_rlin_bytes(&mw->gate[0]) + epyq_rlin_bytes(&mw->up[0]) +
                                epyq_rlin_bytes(&mw->down[0]));
     int32_t *fill = malloc(((size_t)E + 1) * sizeof(int32_t));
@@ -329,11 +329,14 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
     p->nt = 0;
     /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
     p->numa_layer = epyq_moe_numa_layer(m, mw);
-    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= E; e++)
+    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= E; e++) {
+        /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
+        if (e < E ? !epyq_model_ep_owns(m, e) : m->ep && m->ep->rank != 0) continue;
         for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
             int32_t n = e_off[e + 1] - e_off[e] - off;
             p->tasks[p->nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
         }
+    }
     return EPYQ_OK;
 }
 
@@ -382,8 +385,9 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
         return epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
     /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
     if (p->numa_layer >= 0)
-        return epyq_moe_numa_run(m, p->numa_layer, mw, p->T, x, p->sel, p->wt, p->ys, p->S * H,
-                                 err);
+        TRY(epyq_moe_numa_run(m, p->numa_layer, mw, p->T, x, p->sel, p->wt, p->ys, p->S * H, err));
+    /* the other ranks' rows (zero here, ys is allocated zeroed): an exact sum */
+    if (m->ep) return m->ep->sum_rows(m->ep->ctx, p->ys, n_ent * (size_t)H, err);
     return EPYQ_OK;
 }
 
