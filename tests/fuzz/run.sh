@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh — run one libFuzzer harness for a while (builds nothing).
 # usage: tests/fuzz/run.sh NAME SECONDS [BUILDDIR]
 #   NAME: st_header | st_index | config | template | outparse | tok_encode | tok_decode |
-#   tok_load | batch_req | serve_req | image; BUILDDIR: a tree configured with CC=clang-14 --enable-fuzzing where
+#   tok_load | batch_req | serve_req | image | session; BUILDDIR: a tree configured with CC=clang-14 --enable-fuzzing where
 #   `make fuzz-build` (or `make tests/fuzz/fuzz_NAME`) was run (default: .).
 # The checked-in seeds (tests/fuzz/corpus/NAME) are only read; new inputs go to a temporary
 # corpus that is removed afterwards. A finding (crash, leak, timeout, out-of-memory) is written
@@ -21,7 +21,7 @@ bin="$build/tests/fuzz/fuzz_$name"
 case $name in
 template) dict="-dict=$here/template.dict" ;;
 outparse) dict="-dict=$here/outparse.dict" ;;
-tok_encode | tok_decode | image) dict= ;;
+tok_encode | tok_decode | image | session) dict= ;;
 *) dict="-dict=$here/json.dict" ;;
 esac
 work=$(mktemp -d "${TMPDIR:-/tmp}/epyq-fuzz-$name.XXXXXX")
