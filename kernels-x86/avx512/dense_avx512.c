@@ -81,11 +81,11 @@ INLINE void tile_step(const uint16_t *w, size_t k, const float *x, size_t ldx, s
 
 /* One R x T register tile: y[t][r] = w[r] . x[t] over the whole k. R, T, mode are
  * compile-time constants at every call site, so the loops below unroll into registers.
- * A GEMV tile prefetches the next row tile at the same offset, one line per row per 64
- * bytes: its 8 rows are 8 short streams (4 KiB each at k = 2048) that the hardware
- * prefetcher alone kept too few lines ahead of; on this VM, 1 thread, lm_head shape,
- * 84% -> 97% of the read probe (median of 9). The columns are summed in the same order
- * either way, so the results are the same bits. */
+ * An 8-row tile (1 to 3 tokens: decode, a speculative verify step) prefetches the next row
+ * tile at the same offset, one line per row per 64 bytes: its 8 rows are 8 short streams
+ * (4 KiB each at k = 2048) that the hardware prefetcher alone kept too few lines ahead of; on
+ * this VM, 1 thread, lm_head shape, 84% -> 97% of the read probe (median of 9). The columns
+ * are summed in the same order either way, so the results are the same bits. */
 INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
                       size_t ldy, const int R, const int T, const int mode) {
     __m512 acc[GEMV_R][TILE_T];
@@ -94,7 +94,7 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     size_t i = 0;
-    if (R == GEMV_R && T == 1)
+    if (R == GEMV_R)
         for (; i + 32 <= k; i += 32) {
             prefetch_next_tile(w, k, i, R);
             tile_step(w, k, x, ldx, i, (__mmask16)0xffff, acc, R, T, mode);
@@ -109,6 +109,17 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
     for (int r = 0; r < R; r++)
         UNROLL
         for (int t = 0; t < T; t++) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* 1 to 3 tokens (a decode or speculative verify step) over one 8-row tile: 8 prefetched row
+ * streams as for one token (8 x 3 accumulators still fit the 32 registers; 8 x 4 would not). */
+INLINE void gemm_rows_few(const uint16_t *w, size_t k, const float *x, int32_t m, float *y,
+                          size_t ldy, const int mode) {
+    switch (m) {
+    case 3: gemm_tile(w, k, x, k, y, ldy, GEMV_R, 3, mode); break;
+    case 2: gemm_tile(w, k, x, k, y, ldy, GEMV_R, 2, mode); break;
+    default: gemm_tile(w, k, x, k, y, ldy, GEMV_R, 1, mode); break;
+    }
 }
 
 /* Tokens in tiles of 4 (then 3, 2, 1) for one row tile of R rows. */
@@ -130,9 +141,9 @@ INLINE void gemm(const uint16_t *w, int32_t k, int32_t n0, int32_t n1, const epy
                  float *y, int32_t ldy, const int mode) {
     const size_t kk = (size_t)k, ld = (size_t)ldy;
     int32_t j = n0;
-    if (x->m == 1)
+    if (x->m <= 3)
         for (; j + GEMV_R <= n1; j += GEMV_R)
-            gemm_rows(w + (size_t)j * kk, kk, x->f32, 1, y + j, ld, GEMV_R, mode);
+            gemm_rows_few(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, mode);
     for (; j + TILE_R <= n1; j += TILE_R)
         gemm_rows(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, TILE_R, mode);
     for (; j < n1; j++) gemm_rows(w + (size_t)j * kk, kk, x->f32, x->m, y + j, ld, 1, mode);
@@ -174,7 +185,7 @@ INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb
         const size_t rem = kl - i;
         const __mmask32 m = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << rem) - 1);
         __m512bh xv[TILE_T];
-        if (R == GEMV_R && T == 1) prefetch_next_tile(w, ldw, i, R);
+        if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
         UNROLL
         for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_load_si512(xb + (size_t)t * kp + i);
         UNROLL
@@ -200,9 +211,9 @@ INLINE void bf_rows(const uint16_t *w, size_t k, int32_t j0, int32_t j1, size_t 
     const size_t kp = (kl + 31) & ~(size_t)31;
     bf_convert_x(x + kc0, k, kl, kp, xb, T);
     int32_t j = j0;
-    if (T == 1)
+    if (T <= 3) /* 8 prefetched row streams, as gemm_rows_few */
         for (; j + GEMV_R <= j1; j += GEMV_R)
-            bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, GEMV_R, 1);
+            bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, GEMV_R, T);
     for (; j + TILE_R <= j1; j += TILE_R)
         bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, TILE_R, T);
     for (; j < j1; j++) bf_tile(w + (size_t)j * k + kc0, k, kl, xb, kp, y + j, ldy, kc0 > 0, 1, T);
