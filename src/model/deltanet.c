@@ -304,40 +304,43 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
     bool *chunked = calloc((size_t)p->n_groups + 1, sizeof(bool));
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;
+    gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
     epyq_status st = u && z && o && ba && gl && beta && chunked
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory");
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err);
-    if (st == EPYQ_OK) {
-        const epyq_rlin_out proj[] = {
-            {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
-        epyq_rlin_run_many(m, proj, 4, &act);
-        int32_t max_rows = 0;
-        for (int32_t grp = 0; grp < p->n_groups; grp++) {
-            int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
-            chunked[grp] = m->gdn_chunk_min > 0 && rows >= m->gdn_chunk_min &&
-                           !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
-            if (chunked[grp] && rows > max_rows) max_rows = rows;
-        }
-        /* The chunked form's buffers for every worker, allocated here so that no task can run
-         * out of memory after the conv states moved: a fallback inside the task would give
-         * other bits (the recurrent form is only equal within rounding) and a failure there
-         * would leave some heads advanced and others not. */
-        gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
-        if (max_rows) {
-            j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) +
-                         chunk_ws_floats(m->d.Dk, m->d.Dv);
-            j.work = epyq_model_alloc(j.work_per * (size_t)m->n_threads, sizeof(float));
-            if (!j.work) st = epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
-        }
-        if (st == EPYQ_OK) {
-            prep_job pj = {m, ly, p, u, ba, gl, beta};
-            epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
-            epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
-            st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
-        }
-        free(j.work);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
+    const epyq_rlin_out proj[] = {
+        {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
+    epyq_rlin_run_many(m, proj, 4, &act);
+    int32_t max_rows = 0;
+    for (int32_t grp = 0; grp < p->n_groups; grp++) {
+        int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
+        chunked[grp] = m->gdn_chunk_min > 0 && rows >= m->gdn_chunk_min &&
+                       !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
+        if (chunked[grp] && rows > max_rows) max_rows = rows;
     }
-    if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
+    /* The chunked form's buffers for every worker, allocated here so that no task can run
+     * out of memory after the conv states moved: a fallback inside the task would give
+     * other bits (the recurrent form is only equal within rounding) and a failure there
+     * would leave some heads advanced and others not. */
+    if (max_rows) {
+        j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) +
+                     chunk_ws_floats(m->d.Dk, m->d.Dv);
+        j.work = epyq_model_alloc(j.work_per * (size_t)m->n_threads, sizeof(float));
+        if (!j.work) {
+            st =
+                epyq_err_set(err, EPYQ_E_NOMEM,
+                             "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
+            goto done;
+        }
+    }
+    prep_job pj = {m, ly, p, u, ba, gl, beta};
+    epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
+    epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+    if ((st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err)) != EPYQ_OK) goto done;
+    epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
+done:
+    free(j.work);
     free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);
     return st;
 }
