@@ -46,6 +46,7 @@ typedef struct {
     bool resume, ctx_set;
     epyq_numpath path;
     epyq_tool_rt rt; /* --kv-type, --numa... (tools/tool_model.h) */
+    epyq_tool_spec spec; /* --spec, --draft, --draft-head */
 } opts;
 
 typedef enum { JOB_PENDING = 0, JOB_RUNNING, JOB_DONE, JOB_SKIPPED } job_state;
@@ -106,12 +107,13 @@ static void usage(FILE *f) {
         "  --resume              skip custom_ids already in the output, append the rest\n"
         "  -t, --threads N       threads (default: all allowed CPUs)\n"
         "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
-        "%s"
+        "%s%s"
+        "                        (each request on its own: k + 1 rows of the shared forward call)\n"
         "  -h, --help            this text\n"
         "\n"
         "Exit status: 0 all requests succeeded, 2 some failed, 130/143 interrupted (finished\n"
         "results are on disk; rerun with --resume), 1 fatal error.\n",
-        epyq_tool_rt_help);
+        epyq_tool_rt_help, epyq_tool_spec_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -138,6 +140,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"cache-every", required_argument, 0, OPT_CACHE_EVERY},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
+                                       EPYQ_TOOL_SPEC_LONGOPTS,
                                        {0, 0, 0, 0}};
     o->max_batch = 8;
     o->path = EPYQ_PATH_A8; /* the runtime default: see epyq_model_opts.path */
@@ -147,8 +150,10 @@ static int parse(int argc, char **argv, opts *o) {
     int c;
     optind = 1;
     if (epyq_tool_rt_init(&o->rt, "epyq batch")) return 2;
+    epyq_tool_spec_init(&o->spec);
     while ((c = getopt_long(argc, argv, "m:i:o:c:t:h", lo, NULL)) != -1) {
         int rt = epyq_tool_rt_opt(&o->rt, "epyq batch", c, optarg);
+        if (rt == 1) rt = epyq_tool_spec_opt(&o->spec, "epyq batch", c, optarg);
         if (rt != 1) {
             if (rt) return rt;
             continue;
@@ -389,6 +394,18 @@ static void progress(batch *b, bool final) {
             (unsigned long long)es.prompt_tokens, (unsigned long long)es.cached_tokens,
             (unsigned long long)es.cache_entries, (double)es.cache_bytes / 1048576.0,
             (double)es.cache_budget / 1048576.0, (unsigned long long)es.cache_evicted);
+    if (final && b->o->spec.on) {
+        fprintf(
+            stderr,
+            "batch: spec mtp:%d: %llu verify steps, %.2f tokens/step, %llu plain steps; accepted by position:",
+            b->o->spec.draft, (unsigned long long)es.spec_steps,
+            es.spec_steps ? (double)es.spec_emitted / (double)es.spec_steps : 0.0,
+            (unsigned long long)es.spec_plain);
+        for (int i = 0; i < b->o->spec.draft; i++)
+            fprintf(stderr, " %.2f",
+                    es.spec_steps ? (double)es.spec_accepted[i] / (double)es.spec_steps : 0.0);
+        fputc('\n', stderr);
+    }
 }
 
 /* --resume: truncate a partial last line, return the custom_ids already written. */
@@ -501,7 +518,8 @@ int epyq_cmd_batch(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &b.ctx_limit, &err);
     epyq_model_opts mo = {.path = o.path,
                           .n_threads = o.threads,
-                          .skip_mtp = true,
+                          .skip_mtp = !o.spec.on,
+                          .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense};
@@ -516,7 +534,9 @@ int epyq_cmd_batch(int argc, char **argv) {
                                      .ctx_limit = b.ctx_limit,
                                      .kv = o.rt.kv,
                                      .cache_bytes = (uint64_t)o.cache_mb << 20,
-                                     .cache_every = o.cache_every};
+                                     .cache_every = o.cache_every,
+                                     .spec_k = o.spec.on ? o.spec.draft : 0,
+                                     .spec_adaptive = true};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
     if (st == EPYQ_OK) {

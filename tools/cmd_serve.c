@@ -35,6 +35,7 @@ typedef struct {
     bool ctx_set; /* -c given: above the model's context it is refused, not capped */
     epyq_numpath path;
     epyq_tool_rt rt; /* --kv-type, --numa..., --requant, EPYQ_NUMA* (shared with run/chat/batch) */
+    epyq_tool_spec spec; /* --spec, --draft, --draft-head */
 } opts;
 
 static void usage(FILE *f) {
@@ -60,7 +61,8 @@ static void usage(FILE *f) {
         "  --api-key KEY            require Authorization: Bearer KEY on /v1/*\n"
         "  --served-model-name NAME the model's name in the API (default: the folder name)\n"
         "  --path a16|a8            int4 expert kernels' numeric path (default a8)\n"
-        "%s"
+        "%s%s"
+        "                           (per request: k + 1 rows of the shared forward call)\n"
         "  --max-body BYTES         request body limit (default 8388608), else 413\n"
         "  --max-conn N             simultaneous connections (default 256)\n"
         "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
@@ -69,7 +71,7 @@ static void usage(FILE *f) {
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
         "error, 2 usage error.\n",
-        epyq_tool_rt_help);
+        epyq_tool_rt_help, epyq_tool_spec_help);
 }
 
 static int parse(int argc, char **argv, opts *o) {
@@ -110,11 +112,13 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"cache-every", required_argument, 0, O_CACHE_EVERY},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
+                                       EPYQ_TOOL_SPEC_LONGOPTS,
                                        {0, 0, 0, 0}};
     o->host = "127.0.0.1", o->port = 8080, o->ctx = 4096, o->parallel = 4, o->max_queue = 64, o->chunk = 512;
     o->max_body = 8 << 20, o->max_conn = 256, o->grace = 30, o->path = EPYQ_PATH_A8;
     o->cache_mb = 1024, o->cache_every = 256;
     if (epyq_tool_rt_init(&o->rt, "epyq serve")) return 2;
+    epyq_tool_spec_init(&o->spec);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:c:t:h", lo, NULL)) != -1) {
@@ -156,6 +160,7 @@ static int parse(int argc, char **argv, opts *o) {
         case 'h': usage(stdout); return 0;
         default: {
             int r = epyq_tool_rt_opt(&o->rt, "epyq serve", c, optarg);
+            if (r == 1) r = epyq_tool_spec_opt(&o->spec, "epyq serve", c, optarg);
             if (r == 0) break;
             if (r == 2) return 2;
             fprintf(stderr, "epyq serve: bad option (try --help)\n");
@@ -202,7 +207,8 @@ int epyq_cmd_serve(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_ctx_dir(dir, o.ctx, o.ctx_set, &ctx, &err);
     epyq_model_opts mo = {.path = o.path,
                           .n_threads = o.threads,
-                          .skip_mtp = true,
+                          .skip_mtp = !o.spec.on,
+                          .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense};
@@ -214,7 +220,9 @@ int epyq_cmd_serve(int argc, char **argv) {
                                      .ctx_limit = ctx,
                                      .kv = o.rt.kv,
                                      .cache_bytes = (uint64_t)o.cache_mb << 20,
-                                     .cache_every = o.cache_every};
+                                     .cache_every = o.cache_every,
+                                     .spec_k = o.spec.on ? o.spec.draft : 0,
+                                     .spec_adaptive = true};
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);

@@ -481,6 +481,13 @@ static enum MHD_Result metrics(struct MHD_Connection *c, sreq *q) {
         rs.eng.prompt_s + rs.eng.decode_s, rs.busy_s, (unsigned long long)rs.eng.cached_tokens,
         (unsigned long long)rs.eng.cache_bytes, (unsigned long long)rs.eng.cache_entries,
         (unsigned long long)rs.eng.cache_evicted);
+    epyq_sbuf_printf(
+        &b,
+        "# HELP epyq_spec_steps_total Speculative verify steps of finished requests (--spec mtp).\n"
+        "# TYPE epyq_spec_steps_total counter\nepyq_spec_steps_total %llu\n"
+        "# HELP epyq_spec_tokens_total Tokens those steps emitted (accepted drafts + 1 each).\n"
+        "# TYPE epyq_spec_tokens_total counter\nepyq_spec_tokens_total %llu\n",
+        (unsigned long long)rs.eng.spec_steps, (unsigned long long)rs.eng.spec_emitted);
     enum MHD_Result r = b.p ? send_text(c, q, 200, "text/plain; version=0.0.4", b.p, NULL) : MHD_NO;
     epyq_sbuf_free(&b);
     return r;

@@ -8,6 +8,7 @@
 #include "chat/reasoning.h"
 #include "core/util.h"
 #include "engine/prefix.h"
+#include "model/spec.h"
 #include "tok/sbuf.h"
 
 /* A request that wants prompt logprobs has the logits of every prompt token returned; this
@@ -27,6 +28,9 @@ typedef struct {
     int32_t n_cached; /* prompt tokens restored from the cache */
     size_t extra_cp;  /* one more checkpoint a waiting request asked for (0: none) */
     epyq_seq *seq;
+    epyq_spec *spec; /* NULL: plain decoding */
+    size_t row0;     /* this step: its first row in the batch */
+    int32_t nrows;   /* this step: rows of its decode step (1, or k + 1 when verifying) */
     epyq_sampler *smp;
     epyq_tok_stream *ts;
     epyq_engine_cb cb;
@@ -63,6 +67,13 @@ epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok 
     if (opts->max_seqs < 1 || opts->chunk < 1 || opts->ctx_limit < 2)
         return epyq_err_set(err, EPYQ_E_ARG, "engine: max_seqs %d, chunk %d (>= 1) and ctx_limit %d (>= 2) out of range",
                             opts->max_seqs, opts->chunk, opts->ctx_limit);
+    if (opts->spec_k < 0 || opts->spec_k >= EPYQ_SPEC_MAX)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "engine: spec_k %d: expected 0 (off) .. %d drafts per step",
+                            opts->spec_k, EPYQ_SPEC_MAX - 1);
+    if (opts->spec_k && !epyq_model_has_mtp(m))
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "--spec mtp: the model was loaded without its MTP head (mtp.*)");
     epyq_engine *e = calloc(1, sizeof *e);
     if (!e) return epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
     e->run = calloc((size_t)opts->max_seqs, sizeof *e->run);
@@ -86,6 +97,7 @@ epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok 
 
 static void req_free(req *r) {
     if (!r) return;
+    epyq_spec_free(r->spec);
     epyq_seq_free(r->seq);
     epyq_sampler_free(r->smp);
     epyq_tok_stream_free(r->ts);
@@ -151,6 +163,13 @@ epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
         else r->n_stop++;
     }
     if (st == EPYQ_OK) st = epyq_seq_create(&r->seq, e->m, (int32_t)n_ids + r->max_new, e->o.kv, err);
+    if (st == EPYQ_OK && e->o.spec_k && !r->prompt_lp) {
+        const epyq_spec_opts so = {.k = e->o.spec_k,
+                                   .adaptive = e->o.spec_adaptive,
+                                   .draft_override = e->o.spec_draft_override,
+                                   .override_ctx = e->o.spec_override_ctx};
+        st = epyq_spec_create(&r->spec, e->m, r->seq, &so, err);
+    }
     if (st == EPYQ_OK) st = epyq_sampler_create(&r->smp, &p->sp, e->cfg->vocab_size, err);
     if (st == EPYQ_OK && !(r->ts = epyq_tok_stream_new(e->tok, true)))
         st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
@@ -173,7 +192,15 @@ static void emit(req *r, bool prompt, int32_t tok, const char *text, size_t len,
 /* The request ends: release what is held (unless a stop string cut it), tell the owner, free
  * the model-side state at once; the slot is compacted at the end of the step. */
 static void finish(epyq_engine *e, req *r, epyq_engine_finish f, bool flush, const epyq_err *err) {
-    (void)e;
+    if (r->spec) {
+        const epyq_spec_stats *ss = epyq_spec_get_stats(r->spec);
+        e->st.spec_steps += (uint64_t)ss->steps, e->st.spec_emitted += (uint64_t)ss->emitted;
+        e->st.spec_plain += (uint64_t)ss->plain;
+        for (int32_t i = 0; i < EPYQ_SPEC_MAX; i++)
+            e->st.spec_accepted[i] += (uint64_t)ss->accepted[i];
+        epyq_spec_free(r->spec);
+        r->spec = NULL;
+    }
     if (flush) {
         char *rest = NULL;
         epyq_err e2;
@@ -246,11 +273,13 @@ static size_t stop_partial(const req *r) {
     return keep;
 }
 
-/* A sampled token: stop rules, text, events. */
-static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *row, epyq_err *err) {
+/* A sampled token: stop rules, text, events. `accepted`: the sampler has it already (a
+ * speculative pick). */
+static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *row, bool accepted,
+                              epyq_err *err) {
     epyq_engine_logprob lp, *lpp = NULL;
     if (r->logprobs >= 0) epyq_engine_logprob_of(row, e->cfg->vocab_size, tok, r->logprobs, lpp = &lp);
-    epyq_sampler_accept(r->smp, tok, true);
+    if (!accepted) epyq_sampler_accept(r->smp, tok, true);
     r->n_gen++;
     e->st.gen_tokens++;
     if (!r->ignore_eos && epyq_is_eos(e->cfg, tok)) {
@@ -346,21 +375,61 @@ static void cache_checkpoints(epyq_engine *e) {
     }
 }
 
+/* A speculative pick: one draw of the request's sampler, which then has the token (spec.h). */
+static int32_t spec_pick(void *ctx, const float *logits) {
+    req *r = ctx;
+    int32_t t = epyq_sampler_sample(r->smp, logits);
+    epyq_sampler_accept(r->smp, t, true);
+    return t;
+}
+
+/* After the forward call: the MTP cache of each speculating request takes the prompt rows of
+ * this step whose next token is known (all but a prompt's last row, which waits for the
+ * first generated token); before the checkpoints, so copies carry them. A failure ends that
+ * request only. */
+static void spec_prompt_rows(epyq_engine *e, const float *hid) {
+    const int32_t H = e->cfg->hidden_size;
+    for (int32_t i = 0; i < e->n_run; i++) {
+        req *r = e->run[i];
+        if (!r->spec || !r->in_step || r->done) continue;
+        size_t start = r->fed - (size_t)r->nrows, n = (size_t)r->nrows - (r->fed == r->n_ids);
+        epyq_err err = {0};
+        if (epyq_spec_prompt(r->spec, hid + r->row0 * (size_t)H, r->ids + start + 1, (int32_t)n,
+                             (int32_t)start, false, &err) != EPYQ_OK)
+            finish(e, r, EPYQ_ENGINE_ERROR, false, &err);
+    }
+}
+
+/* A speculating request's decode rows (row0 .. + nrows): picks, rollback, then each emitted
+ * token through the stop rules until one ends it. */
+static epyq_status spec_take(epyq_engine *e, req *r, const float *logits, const float *hid,
+                             epyq_err *err) {
+    const int32_t V = e->cfg->vocab_size, H = e->cfg->hidden_size;
+    int32_t out[EPYQ_SPEC_MAX], n = 0;
+    epyq_status st =
+        epyq_spec_take(r->spec, logits, hid + r->row0 * (size_t)H, spec_pick, r, out, &n, err);
+    for (int32_t k = 0; st == EPYQ_OK && k < n && !r->done; k++)
+        st = take_token(e, r, out[k], logits + (size_t)k * V, true, err);
+    return st;
+}
+
 epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     if (e->n_run == 0) return EPYQ_OK;
-    size_t cap = (size_t)e->o.chunk + (size_t)e->o.max_seqs;
+    const int32_t rows_per = e->o.spec_k + 1, H = e->cfg->hidden_size;
+    size_t cap = (size_t)e->o.chunk + (size_t)e->o.max_seqs * (size_t)rows_per;
     epyq_seq **seqs = malloc(cap * sizeof *seqs);
     int32_t *toks = malloc(cap * sizeof *toks);
     uint8_t *want = calloc(cap, 1);
     req **owner = malloc(cap * sizeof *owner);
     int64_t *pidx = malloc(cap * sizeof *pidx); /* prompt index of the row, -1 for decode */
-    float *logits = NULL;
+    float *logits = NULL, *hid = NULL;
+    bool any_spec = false;
     epyq_status st = EPYQ_OK;
     if (!seqs || !toks || !want || !owner || !pidx) st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
     size_t n = 0, n_want = 0, n_prompt = 0, budget = (size_t)e->o.chunk;
     for (int32_t i = 0; st == EPYQ_OK && i < e->n_run; i++) {
         req *r = e->run[i];
-        r->in_step = false;
+        r->in_step = false, r->nrows = 0, r->row0 = n;
         if (r->fed < r->n_ids) {
             if (budget == 0) continue; /* its prompt continues next step */
             if (!r->looked && !cache_admit(e, i)) continue; /* waits for an earlier one's copy */
@@ -372,7 +441,8 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
                 if (r->extra_cp > r->fed && r->extra_cp < next) next = r->extra_cp;
                 if (r->fed + take > next) take = next - r->fed;
             }
-            r->in_step = true;
+            r->in_step = true, r->nrows = (int32_t)take;
+            any_spec |= r->spec != NULL;
             for (size_t k = 0; k < take; k++) {
                 seqs[n] = r->seq, toks[n] = r->ids[r->fed + k], owner[n] = r, pidx[n] = (int64_t)(r->fed + k);
                 want[n] = r->prompt_lp, n_want += r->prompt_lp, n++;
@@ -381,24 +451,40 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
             budget -= take;
             n_prompt += take;
             if (r->fed == r->n_ids && !want[n - 1]) want[n - 1] = 1, n_want++;
+        } else if (r->spec) {
+            int32_t rows[EPYQ_SPEC_MAX], nr = 0;
+            epyq_err e2 = {0};
+            if (epyq_spec_rows(r->spec, rows, &nr, &e2) !=
+                EPYQ_OK) { /* this request cannot go on */
+                finish(e, r, EPYQ_ENGINE_ERROR, false, &e2);
+                continue;
+            }
+            r->nrows = nr, any_spec = true;
+            for (int32_t k = 0; k < nr; k++)
+                seqs[n] = r->seq, toks[n] = rows[k], owner[n] = r, pidx[n] = -1, want[n] = 1, n++,
+                n_want++;
         } else {
             seqs[n] = r->seq, toks[n] = r->last_tok, owner[n] = r, pidx[n] = -1, want[n] = 1, n++, n_want++;
+            r->nrows = 1;
         }
     }
     int32_t V = e->cfg->vocab_size;
     if (st == EPYQ_OK && n > 0) {
         logits = malloc(n_want * (size_t)V * sizeof(float));
         if (!logits) st = epyq_err_set(err, EPYQ_E_NOMEM, "logits [%zu][%d]: out of memory", n_want, V);
+        if (st == EPYQ_OK && any_spec && !(hid = malloc(n * (size_t)H * sizeof(float))))
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "hidden states [%zu][%d]: out of memory", n, H);
     }
     if (st == EPYQ_OK && n > 0) {
         epyq_batch bt = {(int32_t)n, seqs, toks, want};
         double t0 = epyq_now();
-        st = epyq_model_forward(e->m, &bt, logits, NULL, err);
+        st = epyq_model_forward(e->m, &bt, logits, hid, err);
         double dt = epyq_now() - t0;
         e->st.prompt_s += dt * (double)n_prompt / (double)n;
         e->st.decode_s += dt * (double)(n - n_prompt) / (double)n;
         e->st.prompt_tokens += n_prompt;
         e->st.steps++;
+        if (st == EPYQ_OK && any_spec) spec_prompt_rows(e, hid);
         if (st == EPYQ_OK) cache_checkpoints(e);
     }
     if (st != EPYQ_OK) {
@@ -418,10 +504,25 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
             emit(r, true, next, "", 0, &lp);
             continue;
         }
-        st = take_token(e, r, epyq_sampler_sample(r->smp, row), row, err);
+        if (r->spec && pidx[i] < 0) { /* its decode rows are this one and the next nrows - 1 */
+            epyq_err e2 = {0};
+            if (i == r->row0 && spec_take(e, r, row, hid, &e2) != EPYQ_OK && !r->done)
+                finish(e, r, EPYQ_ENGINE_ERROR, false, &e2); /* that request only */
+            continue;
+        }
+        int32_t tok = epyq_sampler_sample(r->smp, row);
+        st = take_token(e, r, tok, row, false, err);
+        if (st == EPYQ_OK && r->spec &&
+            !r->done) { /* the prompt's last row: the first token seeds the drafts */
+            epyq_err e2 = {0};
+            if (epyq_spec_prompt(r->spec, hid + (size_t)i * H, &tok, 1, (int32_t)pidx[i], true,
+                                 &e2) != EPYQ_OK)
+                finish(e, r, EPYQ_ENGINE_ERROR, false, &e2);
+            continue;
+        }
         if (st != EPYQ_OK) finish(e, r, EPYQ_ENGINE_ERROR, false, err);
     }
     compact(e);
-    free(seqs), free(toks), free(want), free(owner), free(pidx), free(logits);
+    free(seqs), free(toks), free(want), free(owner), free(pidx), free(logits), free(hid);
     return st;
 }

@@ -49,6 +49,18 @@ typedef struct {
      * logits). Outputs are the same bits with the cache on or off (tests/unit/test_prefix.c). */
     uint64_t cache_bytes;
     int32_t cache_every; /* <= 0 with cache_bytes > 0: 256 */
+    /* MTP speculative decoding (src/model/spec.h), per request: 0 = off, else drafts per step
+     * (the model must have its MTP head). A decoding request then puts its last token and its
+     * spec_k drafts into the step's forward call (k + 1 rows instead of 1) and emits 1 .. k + 1
+     * tokens; prompt chunks also fill its MTP cache. Outputs are the same as without: greedy
+     * token for token, sampling draw for draw (each emitted token is one draw of its sampler).
+     * spec_adaptive: each request runs plain steps while drafting does not pay it (spec.h's
+     * rule, timed over whole engine steps). Requests with prompt_logprobs decode plainly. */
+    int32_t spec_k;
+    bool spec_adaptive;
+    /* Tests: every speculating request's drafts pass through this (spec.h: draft_override). */
+    int32_t (*spec_draft_override)(void *ctx, int32_t pos, int32_t d);
+    void *spec_override_ctx;
 } epyq_engine_opts;
 
 typedef enum {
@@ -137,6 +149,9 @@ typedef struct {
     double prompt_s, decode_s;
     uint64_t kv_bytes;                   /* held by the running requests' sequences now */
     uint64_t steps;
+    /* speculative decoding (opts.spec_k), summed over finished requests: verify steps, tokens
+     * they emitted, steps whose draft i + 1 was accepted, plain steps of adaptive stretches */
+    uint64_t spec_steps, spec_emitted, spec_accepted[EPYQ_SPEC_MAX], spec_plain;
 } epyq_engine_stats;
 void epyq_engine_get_stats(const epyq_engine *e, epyq_engine_stats *st);
 

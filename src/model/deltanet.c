@@ -218,7 +218,8 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
                         ut + 2 * key_dim + (size_t)vh * m->d.Dv, ut + (size_t)kh * m->d.Dk,
                         expf(j->g[(size_t)t * Hv + vh]), j->beta[(size_t)t * Hv + vh], m->d.Dk,
                         m->d.Dv, j->o + (size_t)t * Hv * m->d.Dv + (size_t)vh * m->d.Dv);
-        if (i < s->spec_n) /* speculative verification: the state after each token (seq.c) */
+        if (i < s->spec_n - 1) /* speculative verification: the state after each token but the
+                                * last, which the state itself is after the forward (seq.c) */
             memcpy(s->spec_S + (((size_t)i * m->n_gdn + j->ly->slot) * Hv + vh) * sd, S, sd * sizeof(float));
     }
     gated_norm_rows(j, toks, n, vh);
@@ -274,11 +275,12 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
     epyq_seq *sq = j->p->seq[toks[0]];
     size_t layer_off = (size_t)j->ly->slot * (m->d.Kc - 1) * cd;
-    float *state = sq->conv + layer_off, *snap = sq->spec_n ? sq->spec_conv + layer_off : NULL;
+    int32_t n_snap = sq->spec_n > 1 ? sq->spec_n - 1 : 0; /* the last token's: the state itself */
+    float *state = sq->conv + layer_off, *snap = n_snap ? sq->spec_conv + layer_off : NULL;
     int32_t q0 = kh * m->d.Dk, k0 = key_dim + kh * m->d.Dk, v0 = 2 * key_dim + kh * r * m->d.Dv;
-    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->d.Dk, snap, sq->spec_n);
-    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->d.Dk, snap, sq->spec_n);
-    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->d.Dv, snap, sq->spec_n);
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->d.Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->d.Dk, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->d.Dv, snap, n_snap);
     float qscale = 1.0f / sqrtf((float)m->d.Dk);
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];

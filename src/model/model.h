@@ -127,10 +127,11 @@ int32_t epyq_seq_pos(const epyq_seq *s);
 int32_t epyq_seq_ctx(const epyq_seq *s);
 /* Speculative verification: the next epyq_model_forward() feeds this sequence n tokens (1 ..
  * EPYQ_SPEC_MAX, the last accepted token and the drafts) and keeps a copy of the DeltaNet
- * states after each of them (n x the recurrent state: 63 MB each on the real model, allocated
- * once). Then epyq_seq_rollback(s, keep) keeps the first `keep` of those tokens: states as
- * after token keep, position = start + keep (attention KV past it is simply rewritten later).
- * The rollback must follow that forward; it ends the speculation either way. */
+ * states after each of them but the last (after that one the state itself is the copy):
+ * n - 1 x the recurrent state, 63 MB each on the real model, allocated once. Then
+ * epyq_seq_rollback(s, keep) keeps the first `keep` of those tokens: states as after token keep,
+ * position = start + keep (attention KV past it is simply rewritten later). The rollback must
+ * follow that forward; it ends the speculation either way. */
 #define EPYQ_SPEC_MAX 8
 epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err);
 epyq_status epyq_seq_rollback(epyq_seq *s, int32_t keep, epyq_err *err);

@@ -107,8 +107,9 @@ struct epyq_seq {
     float *conv;                /* [n_gdn][Kc-1][conv_dim] raw inputs, oldest first */
     float *S;                   /* [n_gdn][Hv][Dk][Dv] recurrent states */
     /* Speculative verification (epyq_seq_spec_begin): the next forward snapshots the DeltaNet
-     * states after each of this sequence's first spec_n tokens, so epyq_seq_rollback can
-     * return to any of them. spec_cap = slots allocated. */
+     * states after each of this sequence's first spec_n - 1 tokens (after token spec_n - 1
+     * the state itself is the copy), so epyq_seq_rollback can return to any of them.
+     * spec_cap = slots allocated. */
     int32_t spec_n, spec_cap, spec_pos0;
     float *spec_S;              /* [spec_cap][n_gdn][Hv][Dk][Dv] */
     float *spec_conv;           /* [spec_cap][n_gdn][Kc-1][conv_dim] */

@@ -93,18 +93,20 @@ epyq_status epyq_seq_spec_begin(epyq_seq *s, int32_t n, epyq_err *err) {
     if (n < 1 || n > EPYQ_SPEC_MAX)
         return epyq_err_set(err, EPYQ_E_ARG, "speculative verification of %d tokens (1..%d)", n, EPYQ_SPEC_MAX);
     const epyq_model *m = s->m;
-    if (m->n_gdn && n > s->spec_cap) {
+    /* copies after tokens 0 .. n - 2: after the last one the state itself is that copy */
+    if (m->n_gdn && n - 1 > s->spec_cap) {
         free(s->spec_S), free(s->spec_conv);
         s->spec_cap = 0;
-        s->spec_S = epyq_model_alloc((size_t)n, state_floats(m) * sizeof(float));
-        s->spec_conv = epyq_model_alloc((size_t)n, conv_floats(m) * sizeof(float));
+        s->spec_S = epyq_model_alloc((size_t)(n - 1), state_floats(m) * sizeof(float));
+        s->spec_conv = epyq_model_alloc((size_t)(n - 1), conv_floats(m) * sizeof(float));
         if (!s->spec_S || !s->spec_conv) {
             free(s->spec_S), free(s->spec_conv);
             s->spec_S = s->spec_conv = NULL;
-            return epyq_err_set(err, EPYQ_E_NOMEM, "speculative state snapshots (%d x %zu MB): out of memory", n,
+            return epyq_err_set(err, EPYQ_E_NOMEM,
+                                "speculative state snapshots (%d x %zu MB): out of memory", n - 1,
                                 state_floats(m) * sizeof(float) >> 20);
         }
-        s->spec_cap = n;
+        s->spec_cap = n - 1;
     }
     s->spec_n = n, s->spec_pos0 = s->pos;
     return EPYQ_OK;

@@ -31,8 +31,9 @@ typedef struct {
     /* Adaptive: measure the time per emitted token of speculative steps against plain
      * one-token steps and run whichever is faster; when plain wins, it runs for a stretch that
      * doubles each time speculation loses again (64 .. 4096 tokens), then speculation is
-     * probed anew (the MTP cache first catches up on the plain stretch in one pass). So at
-     * near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
+     * probed anew (the MTP cache first catches up on the plain stretch in one pass). A probe
+     * is 8 speculative steps, cut to 2 when neither kept a draft (such a window cannot win).
+     * So at near-zero acceptance the cost converges on plain decoding's. Ignored when forced. */
     bool adaptive;
     /* Tests: the adaptive rule's clock in seconds (NULL = the wall clock), so a test can give
      * drafting and plain steps known costs instead of this machine's timings. */
@@ -65,5 +66,26 @@ epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, e
 epyq_status epyq_spec_step(epyq_spec *sp, epyq_spec_pick_fn pick, void *ctx, int32_t *out,
                            int32_t *n_out, epyq_err *err);
 const epyq_spec_stats *epyq_spec_get_stats(const epyq_spec *sp);
+
+/* The same step in two halves, for a caller that runs the trunk forward itself (the engine puts
+ * many sequences' rows into one call; epyq_spec_step is rows + forward + take):
+ *  - epyq_spec_rows: the tokens rows [*n_rows] (1: a plain step; k + 1: the last picked token
+ *    and its drafts, with the sequence's snapshots begun) to feed this sequence next, at
+ *    positions epyq_seq_pos .. + *n_rows - 1;
+ *  - the caller's forward feeds exactly them, asking for every row's logits and hidden;
+ *  - epyq_spec_take: those rows' logits [n_rows][V] and hiddens [n_rows][H]; picks, rolls back
+ *    and emits as epyq_spec_step does. If the forward failed, epyq_spec_abandon instead. */
+epyq_status epyq_spec_rows(epyq_spec *sp, int32_t *rows, int32_t *n_rows, epyq_err *err);
+epyq_status epyq_spec_take(epyq_spec *sp, const float *logits, const float *hid,
+                           epyq_spec_pick_fn pick, void *ctx, int32_t *out, int32_t *n_out,
+                           epyq_err *err);
+void epyq_spec_abandon(epyq_spec *sp);
+/* A prompt fed by the caller's own forward calls: after each chunk, its rows' hiddens hid [n][H]
+ * with tok [n] the token after each row (the next prompt token; for the prompt's last row the
+ * first generated token, picked by the caller) at positions pos0 .. pos0 + n - 1. Chunks in
+ * order; `last` marks the one that ends the prompt (it drafts d1 and makes tok[n - 1] the
+ * token the first step feeds). Replaces epyq_spec_prefill. */
+epyq_status epyq_spec_prompt(epyq_spec *sp, const float *hid, const int32_t *tok, int32_t n,
+                             int32_t pos0, bool last, epyq_err *err);
 
 #endif

@@ -2,7 +2,8 @@
 # `epyq batch` on a tiny synthetic checkpoint: OpenAI batch records in input order, error
 # records for malformed / invalid / duplicate / over-long lines (the job goes on, exit 2),
 # scripts/batch-per-node's merged shards equal one run, and SIGTERM mid-run followed by
-# --resume giving the byte-identical file of an uninterrupted run (no timing fields).
+# --resume giving the byte-identical file of an uninterrupted run (no timing fields), prefix
+# reuse, and --spec mtp giving the plain records.
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 B="batch -m $M -t 1 -c 96 --max-batch 3"
@@ -86,4 +87,10 @@ jq -e -s '(.[0].response.body.usage.prompt_tokens_details.cached_tokens == 0) an
 strip='del(.[].response.body.usage.prompt_tokens_details)'
 [ "$(jq -c -s "$strip" "$T/cache.jsonl")" = "$(jq -c -s "$strip" "$T/nocache.jsonl")" ] &&
     ok "records with the cache equal those without" || fail "the prefix cache changed the outputs"
+
+# --spec mtp: each request drafts and verifies inside the shared steps (with the prefix cache
+# on, so restored prompts draft too); greedy and seeded records equal the plain run's.
+expect 0 "shared prefix, --spec mtp --draft 3" "$EPYQ" $B --spec mtp --draft 3 -i "$T/shared.jsonl" -o "$T/spec.jsonl"
+grep -q 'spec mtp:3: [1-9][0-9]* verify steps' "$T/err" || fail "no speculative steps in the summary: $(tail -1 "$T/err")"
+cmp "$T/cache.jsonl" "$T/spec.jsonl" && ok "--spec mtp records = plain records" || fail "--spec mtp changed the outputs"
 finish

@@ -9,7 +9,8 @@
  *   - logprobs: greedy picks the top entry, entries are log-probabilities in descending order,
  *     prompt logprobs cover every prompt token after the first;
  *   - the runner: a bounded queue refuses at max_queue, a cancelled queued request ends without
- *     running, drain finishes what was admitted. */
+ *     running, drain finishes what was admitted;
+ *   - MTP speculative decoding per request (k = 1..3): the plain engine's tokens and text. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ typedef struct {
     epyq_engine_finish finish;
     epyq_engine_usage usage;
     bool lp_ok;
+    double lp_sum; /* of every generated token's logprob */
 } rec;
 
 static void on_event(void *ctx, const epyq_engine_event *ev) {
@@ -46,6 +48,7 @@ static void on_event(void *ctx, const epyq_engine_event *ev) {
     if (ev->lp) {
         r->n_lp++;
         const epyq_engine_logprob *l = ev->lp;
+        r->lp_sum += l->logprob;
         if (l->logprob > 0 || l->tok != ev->tok) r->lp_ok = false;
         for (int32_t k = 1; k < l->n_top; k++)
             if (l->top_lp[k] > l->top_lp[k - 1] || l->top_lp[k] > 0) r->lp_ok = false;
@@ -130,6 +133,91 @@ START_TEST(test_alone_vs_together) {
     ck_assert_int_eq(r3.usage.n_gen, 50);
     epyq_sbuf_free(&alone.text), epyq_sbuf_free(&with.text);
     epyq_sbuf_free(&r1.text), epyq_sbuf_free(&r2.text), epyq_sbuf_free(&r3.text);
+}
+END_TEST
+
+/* Speculative decoding inside the engine: three greedy requests on one prompt (so one oracle
+ * of its plain greedy output makes their drafts right, except at every fifth position: every
+ * acceptance length occurs, and several tokens arrive per step) and two sampled ones on other
+ * prompts (drafts mostly rejected), admitted together and mid-way, with a small prompt chunk:
+ * each request's tokens and text equal the plain engine's, and max_tokens cuts a step's tokens
+ * exactly. */
+typedef struct {
+    const int32_t *want;
+    int32_t n, n_prompt;
+} spec_oracle;
+
+static int32_t spec_draft(void *ctx, int32_t pos, int32_t d) {
+    const spec_oracle *o = ctx;
+    int32_t i = pos - o->n_prompt;
+    if (i < 0 || i >= o->n) return d;
+    return i % 5 == 3 ? (o->want[i] + 1) % 997 : o->want[i];
+}
+
+static void spec_round(int32_t spec_k, spec_oracle *orc, const int32_t *a, const int32_t *b,
+                       const int32_t *c, rec *r) {
+    epyq_engine *e = NULL;
+    epyq_err err = {0};
+    const epyq_engine_opts o = {.max_seqs = 4,
+                                .chunk = 6,
+                                .ctx_limit = 256,
+                                .kv = EPYQ_KV_BF16,
+                                .spec_k = spec_k,
+                                .spec_draft_override = spec_k ? spec_draft : NULL,
+                                .spec_override_ctx = orc};
+    ck_assert_msg(epyq_engine_create(&e, g_m, g_tok, &o, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_engine_params g1 = params(40, 0.0f, 0), g2 = params(33, 0.0f, 0), g3 = params(7, 0.0f, 0);
+    epyq_engine_params s1 = params(25, 0.9f, 3), s2 = params(30, 0.8f, 9);
+    s1.sp.repetition_penalty = 1.1f, s1.sp.top_k = 40;
+    g2.logprobs = 3, s2.logprobs = 2; /* each emitted token's own row of the verify logits */
+    add(e, a, 17, &g1, &r[0], NULL);
+    add(e, b, 9, &s1, &r[1], NULL);
+    add(e, a, 17, &g2, &r[2], NULL);
+    for (int k = 0; k < 5; k++) ck_assert(epyq_engine_step(e, &err) == EPYQ_OK);
+    add(e, c, 12, &s2, &r[3], NULL);
+    run_all(e);
+    add(e, a, 17, &g3, &r[4], NULL);
+    run_all(e);
+    if (spec_k) {
+        epyq_engine_stats st;
+        epyq_engine_get_stats(e, &st);
+        fprintf(stderr,
+                "engine spec k=%d: %llu steps, %llu tokens, accepted by position %llu %llu\n",
+                spec_k, (unsigned long long)st.spec_steps, (unsigned long long)st.spec_emitted,
+                (unsigned long long)st.spec_accepted[0], (unsigned long long)st.spec_accepted[1]);
+        ck_assert_uint_gt(st.spec_accepted[spec_k - 1], 0); /* whole steps were accepted */
+        ck_assert_uint_gt(st.spec_emitted, st.spec_steps);
+    }
+    epyq_engine_free(e);
+}
+
+START_TEST(test_spec) {
+    int32_t a[17], b[9], c[12];
+    prompt(a, 17, 21), prompt(b, 9, 22), prompt(c, 12, 23);
+    rec plain[5] = {0}, spec[5] = {0};
+    spec_round(0, NULL, a, b, c, plain);
+    spec_oracle orc = {plain[0].toks, plain[0].n_tok, 17};
+    for (int32_t k = 1; k <= 3; k++) {
+        memset(spec, 0, sizeof spec);
+        spec_round(k, &orc, a, b, c, spec);
+        for (int i = 0; i < 5; i++) {
+            ck_assert_int_eq(spec[i].n_done, 1);
+            ck_assert_int_eq(spec[i].finish, plain[i].finish);
+            ck_assert_int_eq(spec[i].usage.n_gen, plain[i].usage.n_gen);
+            ck_assert_int_eq(spec[i].n_tok, plain[i].n_tok);
+            ck_assert_mem_eq(spec[i].toks, plain[i].toks, (size_t)plain[i].n_tok * sizeof(int32_t));
+            ck_assert_str_eq(spec[i].text.p ? spec[i].text.p : "",
+                             plain[i].text.p ? plain[i].text.p : "");
+            ck_assert_int_eq(spec[i].n_lp, plain[i].n_lp);
+            ck_assert_msg(spec[i].lp_sum == plain[i].lp_sum,
+                          "request %d: logprobs sum %.9g, plain %.9g", i, spec[i].lp_sum,
+                          plain[i].lp_sum);
+            epyq_sbuf_free(&spec[i].text);
+        }
+    }
+    ck_assert_int_eq(plain[4].n_tok, 7);
+    ck_assert_int_eq(plain[2].n_lp, 33);
+    for (int i = 0; i < 5; i++) epyq_sbuf_free(&plain[i].text);
 }
 END_TEST
 
@@ -294,7 +382,7 @@ int main(void) {
     Suite *s = suite_create("engine");
     TCase *tc = epyq_test_case(s, "engine", 0);
     EPYQ_TESTS_ADD(tc, test_alone_vs_together, test_cancel_and_refusals, test_stop_strings,
-                   test_logprobs, test_runner_queue);
+                   test_logprobs, test_runner_queue, test_spec);
     int nf = epyq_test_failures(s, true); /* the model is loaded once for every test */
     epyq_tok_free(g_tok);
     epyq_model_free(g_m);

@@ -101,13 +101,14 @@ static void greedy_plain_n(epyq_model *m, const int32_t *prompt, int32_t *outv, 
 typedef struct {
     const int32_t *want;
     int32_t V, n;
+    bool wrong; /* every draft wrong, not only every fifth */
 } oracle;
 
 static int32_t oracle_draft(void *ctx, int32_t pos, int32_t d) {
     const oracle *o = ctx;
     int32_t i = pos - PROMPT;
     if (i < 0 || i >= o->n) return d;
-    return i % 5 == 3 ? (o->want[i] + 1) % o->V : o->want[i];
+    return o->wrong || i % 5 == 3 ? (o->want[i] + 1) % o->V : o->want[i];
 }
 
 static int64_t greedy_spec_n(epyq_model *m, const int32_t *prompt, int32_t k, bool forced, const oracle *orc,
@@ -258,15 +259,24 @@ START_TEST(test_adaptive) {
     epyq_model *m = load(dir, EPYQ_REQUANT_INT4, true);
     greedy_plain_n(m, prompt, want, GEN_LONG);
     epyq_spec_stats st;
-    vclock bad = {{NULL, 0, 0}, 0};
+    vclock bad = {{NULL, 0, 0, false}, 0};
     adaptive_run(m, prompt, &bad, got, &st);
     ck_assert(!memcmp(got, want, sizeof want));
     fprintf(stderr, "adaptive, MTP drafts: %lld steps, %lld plain tokens, %lld switches\n", (long long)st.steps,
             (long long)st.plain, (long long)st.switches);
-    /* 8 drafting steps, 8 plain (measured), 64 plain, 8 drafting (after the catch-up), plain */
+    /* 2 drafting steps (no draft kept: the probe is cut), 8 plain (measured), 64 plain, 2
+     * drafting (after the catch-up), plain */
     ck_assert_int_ge(st.switches, 3);
     ck_assert_int_gt(st.plain, GEN_LONG / 2);
-    vclock good = {{want, epyq_model_config(m)->vocab_size, GEN_LONG}, 0};
+    /* drafts that are always wrong: every probe is cut after its 2 steps */
+    vclock wrong = {{want, epyq_model_config(m)->vocab_size, GEN_LONG, true}, 0};
+    adaptive_run(m, prompt, &wrong, got, &st);
+    ck_assert(!memcmp(got, want, sizeof want));
+    fprintf(stderr, "adaptive, wrong drafts: %lld steps, %lld plain tokens, %lld switches\n",
+            (long long)st.steps, (long long)st.plain, (long long)st.switches);
+    ck_assert_int_ge(st.switches, 3);
+    ck_assert_int_eq(st.steps, 2 * (st.switches / 2 + 1));
+    vclock good = {{want, epyq_model_config(m)->vocab_size, GEN_LONG, false}, 0};
     adaptive_run(m, prompt, &good, got, &st);
     ck_assert(!memcmp(got, want, sizeof want));
     fprintf(stderr, "adaptive, good drafts: %lld steps, %lld plain tokens, %lld switches\n", (long long)st.steps,
