@@ -42,27 +42,27 @@ epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, 
     void *abuf = NULL;
     epyq_status st = cat && x && seqs && pp && grp_tok ? EPYQ_OK
                                                        : epyq_err_set(err, EPYQ_E_NOMEM, "MTP: out of memory");
-    for (int32_t i = 0; st == EPYQ_OK && i < n; i++) {
+    if (st != EPYQ_OK) goto done;
+    for (int32_t i = 0; i < n; i++) {
         float *e = cat + (size_t)i * 2 * H;
-        st = epyq_tensor_read_f32(m->w->embed, (size_t)tok[i] * H, (size_t)H, e, err);
-        epyq_rmsnorm_zc_rows(e, m->mtp_norm_e, 1, H, m->eps, e);            /* embedding first */
+        if ((st = epyq_tensor_read_f32(m->w->embed, (size_t)tok[i] * H, (size_t)H, e, err)) !=
+            EPYQ_OK)
+            goto done;
+        epyq_rmsnorm_zc_rows(e, m->mtp_norm_e, 1, H, m->eps, e); /* embedding first */
         epyq_rmsnorm_zc_rows(h + (size_t)i * H, m->mtp_norm_h, 1, H, m->eps, e + H); /* then hidden */
         seqs[i] = s, pp[i] = pos[i], grp_tok[i] = i;
     }
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, cat, n, 2 * H, &act, &abuf, err);
-    if (st == EPYQ_OK) {
-        epyq_rlin_run(m, &m->mtp_fc, &act, x, H);
-        epyq_batch_plan p = {.T = n, .seq = seqs, .pos = pp, .n_groups = 1, .grp_off = grp_off,
-                             .grp_tok = grp_tok};
-        st = epyq_layer_forward(m, &m->mtp, &p, x, err);
-    }
-    if (st == EPYQ_OK) {
-        epyq_rmsnorm_zc_rows(x, m->mtp_norm, n, H, m->eps, x);
-        if (h_out) memcpy(h_out, x, (size_t)n * H * sizeof(float));
-        const epyq_rlin *head = draft && m->draft_head.n ? &m->draft_head : &m->lm_head;
-        if (logits && n_logits)
-            st = epyq_head_run(m, head, x + (size_t)(n - n_logits) * H, n_logits, logits, err);
-    }
+    if ((st = epyq_rlin_act(m, cat, n, 2 * H, &act, &abuf, err)) != EPYQ_OK) goto done;
+    epyq_rlin_run(m, &m->mtp_fc, &act, x, H);
+    epyq_batch_plan p = {
+        .T = n, .seq = seqs, .pos = pp, .n_groups = 1, .grp_off = grp_off, .grp_tok = grp_tok};
+    if ((st = epyq_layer_forward(m, &m->mtp, &p, x, err)) != EPYQ_OK) goto done;
+    epyq_rmsnorm_zc_rows(x, m->mtp_norm, n, H, m->eps, x);
+    if (h_out) memcpy(h_out, x, (size_t)n * H * sizeof(float));
+    const epyq_rlin *head = draft && m->draft_head.n ? &m->draft_head : &m->lm_head;
+    if (logits && n_logits)
+        st = epyq_head_run(m, head, x + (size_t)(n - n_logits) * H, n_logits, logits, err);
+done:
     free(abuf), free(cat), free(x), free(seqs), free(pp), free(grp_tok);
     return st;
 }

@@ -163,7 +163,7 @@ static void identity_on(const char *dir) {
                               d ? "int4" : "exact", i, got[i], want[i]);
             ck_assert(st.steps > 0 && st.emitted >= st.steps);
             /* the same with drafts that are mostly right: partial and full acceptance */
-            oracle orc = {want, epyq_model_config(m)->vocab_size, GEN};
+            oracle orc = {want, epyq_model_config(m)->vocab_size, GEN, false};
             epyq_spec_stats so;
             greedy_spec_o(m, prompt, k, false, &orc, got, &so);
             for (int i = 0; i < GEN; i++)
@@ -337,7 +337,7 @@ START_TEST(test_sampled_identity) {
     epyq_seq_free(s);
     free(lg);
     for (int pass = 0; pass < 2; pass++) {
-        oracle orc = {want, V, GEN};
+        oracle orc = {want, V, GEN, false};
         epyq_seq *q = NULL;
         epyq_spec *sp = NULL;
         ck_assert(epyq_seq_create(&q, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
