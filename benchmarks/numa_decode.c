@@ -2,13 +2,15 @@
  *
  * Loads one checkpoint four times (--numa off, --numa-split 1, --numa-split N with the dense
  * linears split by rows, and --numa-split N --numa replicate-dense) in one process and decodes
- * with each in turn, round after round, so load drift on a shared machine hits all alike.
+ * with each in turn, round after round (odd rounds in reverse order), so load drift on a
+ * shared machine hits all alike.
  * Prints per configuration the best and median wall time per token and the median process CPU
  * time per token (all threads, spinning included), each configuration's cost relative to off,
  * and for the NUMA ones the weight bytes each node's pool read per token from its own node
  * (local) and from elsewhere (remote), as move_pages found the pages at load.
  *
  * usage: numa_decode DIR [split N (default 2)] [rounds (default 8)] [tokens per round (16)] */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +57,14 @@ int main(int argc, char **argv) {
     float *logits = NULL;
     double *wall = calloc((size_t)N_CFG * rounds, sizeof(double)), *cpu = calloc((size_t)N_CFG * rounds, sizeof(double));
     int rc = 0;
+    /* A NUMA load pins this thread to its node 0's first CPU, and the next load's topology is
+     * what this thread may use: give every load the whole inherited set, or a later one would
+     * plan all its logical nodes on that one CPU. */
+    cpu_set_t all;
+    if (sched_getaffinity(0, sizeof all, &all) != 0)
+        return fprintf(stderr, "numa_decode: sched_getaffinity failed\n"), 1;
     for (int c = 0; c < N_CFG && !rc; c++) {
+        sched_setaffinity(0, sizeof all, &all);
         epyq_numa_opts_init(&no[c]);
         no[c].split = c >= 2 ? split : 1;
         if (c == 3) no[c].mode = EPYQ_NUMA_REPLICATE_DENSE;
@@ -68,7 +77,9 @@ int main(int argc, char **argv) {
     if (!rc && (!logits || !wall || !cpu)) rc = fprintf(stderr, "numa_decode: out of memory\n") > 0;
     for (int c = 1; c < N_CFG && !rc; c++) epyq_model_numa_reads_reset(m[c]);
     for (int r = 0; r < rounds && !rc; r++)
-        for (int c = 0; c < N_CFG && !rc; c++) {
+        for (int i = 0; i < N_CFG && !rc; i++) {
+            /* odd rounds in reverse order, so no configuration always follows the same one */
+            const int c = r % 2 ? N_CFG - 1 - i : i;
             double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
             for (int t = 0; t < toks && !rc; t++) {
                 int32_t tok = (r * toks + t) * 7 % 1000 + 10; /* same tokens for every configuration */
