@@ -5,9 +5,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "engine/prefix.h"
 #include "chat/chat.h"
 #include "chat/reasoning.h"
+#include "engine/prefix.h"
 #include "tok/sbuf.h"
 #include "tools/gen.h"
 

@@ -13,7 +13,6 @@
 #include "chat/chat.h"
 #include "core/util.h"
 #include "model/spec.h"
-#include "chat/chat.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"

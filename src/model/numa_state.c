@@ -69,8 +69,8 @@ epyq_status epyq_numa_state_place(const epyq_model *m, float *S, epyq_err *err) 
             char what[96];
             snprintf(what, sizeof what, "DeltaNet state of layer %d head %d (node %d)", (int)l,
                      (int)vh, (int)gr->node);
-            epyq_status st = epyq_numa_bind_range((uint8_t *)S + ((size_t)l * m->d.Hv + vh) * bb, bb,
-                                                  gr->os_index, what, err);
+            epyq_status st = epyq_numa_bind_range((uint8_t *)S + ((size_t)l * m->d.Hv + vh) * bb,
+                                                  bb, gr->os_index, what, err);
             if (st != EPYQ_OK) return st;
         }
     return EPYQ_OK;
@@ -100,8 +100,9 @@ epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsew
             epyq_numa_verify_report rep;
             epyq_err e = {0};
             int32_t os = gr->os_index;
-            epyq_status st = epyq_numa_verify((const uint8_t *)s->S + ((size_t)l * m->d.Hv + vh) * bb,
-                                              bb, &os, 1, what, &rep, &e);
+            epyq_status st =
+                epyq_numa_verify((const uint8_t *)s->S + ((size_t)l * m->d.Hv + vh) * bb, bb, &os,
+                                 1, what, &rep, &e);
             *pages += rep.pages, *elsewhere += rep.elsewhere;
             if (st != EPYQ_OK && first == EPYQ_OK) first = st, *err = e;
         }
