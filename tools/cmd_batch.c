@@ -80,6 +80,7 @@ struct batch {
     epyq_batch_mpi *mp;     /* NULL: one process */
     const epyq_config *cfg;
     char model_name[128];
+    char lead_model[128]; /* MPI worker: the lead's model_name ("" with --synthetic) */
     int32_t ctx_limit;
     job *jobs;
     size_t n_jobs, next_admit, next_write;
@@ -529,11 +530,26 @@ static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
 
 /* ---- MPI ranks (tools/batch_mpi.h) -------------------------------------------------------- */
 
-/* The lead's --resume findings, as JSON, to every rank. */
+/* The records' "model": the checkpoint folder's name. */
+static void model_name_of(const char *dir, char *out, size_t n) {
+    const char *base = strrchr(dir, '/');
+    snprintf(out, n, "%s", base && base[1] ? base + 1 : dir);
+}
+
+/* The lead's --resume findings, as JSON, and its model folder's name (ranks on other hosts may
+ * load the model from folders of other names; the records name the lead's) to every rank. */
 static epyq_status share_done_ids(batch *b, epyq_status st, cJSON **done_ids, epyq_err *err) {
     const bool lead = epyq_batch_mpi_rank(b->mp) == 0;
     char *s = NULL;
     size_t n = 0;
+    if (lead && b->o->dir) model_name_of(b->o->dir, b->model_name, sizeof b->model_name);
+    if (lead) s = b->model_name, n = strlen(s);
+    st = epyq_batch_mpi_share(b->mp, st, &s, &n, err);
+    if (st == EPYQ_OK && !lead) {
+        snprintf(b->lead_model, sizeof b->lead_model, "%s", s);
+        free(s);
+    }
+    s = NULL, n = 0;
     if (lead && st == EPYQ_OK) {
         s = cJSON_PrintUnformatted(*done_ids);
         if (!s) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
@@ -661,8 +677,7 @@ int epyq_cmd_batch(int argc, char **argv) {
     if (st == EPYQ_OK) st = epyq_tool_model_load(&b.m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         b.cfg = epyq_model_config(b.m);
-        const char *base = strrchr(dir, '/');
-        snprintf(b.model_name, sizeof b.model_name, "%s", base && base[1] ? base + 1 : dir);
+        model_name_of(b.lead_model[0] ? b.lead_model : dir, b.model_name, sizeof b.model_name);
         epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it can hold */
         const epyq_engine_opts eo = {.max_seqs = o.max_batch,
                                      .chunk = o.chunk,

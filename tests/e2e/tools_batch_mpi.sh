@@ -36,6 +36,20 @@ for np in 2 3; do
 done
 grep -q '24/24 done, 2 failed' "$T/err" || fail "the lead's progress does not cover the whole job: $(grep 'done' "$T/err" | tail -1)"
 grep -q 'batch: 3 ranks' "$T/err" || fail "no rank count in the summary"
+# A rank that loads the model from a folder of another name (another host's path): the
+# records name rank 0's folder, as one process would.
+ln -s "$M" "$T/other-name"
+expect 2 "ranks with differently named model folders" $MPIRUN -np 1 "$EPYQ" $B -m "$M" -i "$T/in.jsonl" -o "$T/named.jsonl" : \
+    -np 1 "$EPYQ" $B -m "$T/other-name" -i "$T/in.jsonl" -o "$T/named.jsonl"
+cmp "$T/one.jsonl" "$T/named.jsonl" && ok "records name rank 0's model folder" || fail "model names differ across ranks"
+# More ranks than requests (two ranks idle), and no requests at all.
+head -n 1 "$T/in.jsonl" >"$T/in1.jsonl"
+expect 0 "one request, one process" "$EPYQ" $B -m "$M" -i "$T/in1.jsonl" -o "$T/one1.jsonl"
+expect 0 "one request over 3 ranks" $MPIRUN -np 3 "$EPYQ" $B -m "$M" -i "$T/in1.jsonl" -o "$T/np1.jsonl"
+cmp "$T/one1.jsonl" "$T/np1.jsonl" && ok "idle ranks: output = single-process output" || fail "idle ranks: output differs"
+: >"$T/empty.jsonl"
+expect 0 "an empty job over 2 ranks" $MPIRUN -np 2 "$EPYQ" $B -m "$M" -i "$T/empty.jsonl" -o "$T/empty.out"
+[ ! -s "$T/empty.out" ] || fail "an empty job wrote records"
 
 # A rank that cannot load its model: the lead finishes its own share, names the rank and how
 # many requests it left, exits 1 (no hang); --resume over two good ranks completes the file.
