@@ -18,49 +18,52 @@
 #include "tools/cmd.h"
 #include "tools/ep_mpi.h"
 #include "tools/tool_model.h"
+
 #include "vision/prompt.h"
 
 #define MAX_IDS 65536
 
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
-        "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
-        "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
-        "                   [--requant SPEC] [--image FILE]...\n"
-        "\n"
-        "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
-        "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
-        "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
-        "\n"
-        "  -m, --model DIR    checkpoint folder\n"
-        "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
-        "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
-        "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
-        "                     --mtp-drafts chained drafts (default 2)\n"
-        "  --mtp-drafts K     number of draft rows with --mtp\n"
-        "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
-        "  --image FILE       a PNG or JPEG for the prompt's k-th image (repeatable, in order);\n"
-        "                     the ids carry one <|image_pad|> per image (expanded to its token\n"
-        "                     count) or the full runs; positions are the 3-D M-RoPE ones\n"
-        "  --ref              use the plain-C double-precision reference (small models only)\n"
-        "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
-        "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
-        "                     (same as EPYQ_MAX_ISA)\n"
-        "  -t, --threads N    threads (default: one per allowed CPU)\n"
-        "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
-        "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
-        "                     requantised at load (default: exact)\n"
-        "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
-        "                     a --numa flag: one pool, no binding (numa/README.md)\n"
-        "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
-        "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
-        "  -h, --help         this text\n");
+    fprintf(f,
+            "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
+            "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+            "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
+            "                   [--requant SPEC]\n"
+            "\n"
+            "Write float32 little-endian logits [rows x vocab] for every prompt position, then\n"
+            "for N greedy decode steps (each feeds the previous argmax), then with --mtp the\n"
+            "MTP draft rows. Prints a JSON line with the argmax of every row.\n"
+            "\n"
+            "  -m, --model DIR    checkpoint folder\n"
+            "  --ids LIST         prompt token ids, comma-separated (no BOS is added)\n"
+            "  -n, --decode N     greedy decode steps after the prompt (default 0)\n"
+            "  --mtp              also run the MTP head: first pass over every prompt row, then\n"
+            "                     --mtp-drafts chained drafts (default 2)\n"
+            "  --mtp-drafts K     number of draft rows with --mtp\n"
+            "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
+            "  --ref              use the plain-C double-precision reference (small models only)\n"
+            "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
+            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
+            "                     (same as EPYQ_MAX_ISA)\n"
+            "  -t, --threads N    threads (default: one per allowed CPU)\n"
+            "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
+            "  --requant SPEC     lm_head=int8|int4, dense=int8|int4: 16-bit linears\n"
+            "                     requantised at load (default: exact)\n"
+            "  --numa MODE        auto|off|distribute|isolate|numactl|replicate-dense; without\n"
+            "                     a --numa flag: one pool, no binding (numa/README.md)\n"
+            "  --numa-split N     run the routed experts on N logical nodes of this machine\n"
+            "  --nodes LIST, --cpu-range LIST, --numa-fallback   as in epyq inspect --numa\n"
+            "  -h, --help         this text\n");
     fputs("  --ep               under mpirun/srun: one model over the ranks, each holding 1/N of\n"
           "                     the routed experts (rank 0 writes the output; exchange and\n"
           "                     decode timings as a JSON line on stderr)\n",
           f);
+    fprintf(
+        f,
+        "\nImages:\n"
+        "  --image FILE       a PNG or JPEG for the prompt's k-th image (repeatable, in order);\n"
+        "                     the ids carry one <|image_pad|> per image (expanded to its token\n"
+        "                     count) or the full runs; positions are the 3-D M-RoPE ones\n");
 }
 
 typedef struct {

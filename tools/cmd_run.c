@@ -16,6 +16,7 @@
 #include "tools/cmd.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"
+
 #include "vision/prompt.h"
 
 static volatile sig_atomic_t g_cancel;

@@ -85,6 +85,15 @@ static epyq_status fill(epyq_vision_config *vc, const cJSON *root, const char *l
                                 label, ids[i].key);
         *ids[i].dst = (int32_t)v;
     }
+    /* the tower's rows replace token embeddings: they must have the text model's width */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    int64_t th = 0;
+    TRY(epyq_json_get_int(cJSON_IsObject(tc) ? tc : root, "hidden_size", 1, 1 << 20, &th, NULL,
+                          label, err));
+    if (th != vc->out_hidden)
+        return epyq_err_set(err, EPYQ_E_FORMAT,
+                            "%s: vision out_hidden_size %d: expected the text hidden_size %lld",
+                            label, vc->out_hidden, (long long)th);
     const cJSON *rb = rope_block(root), *ms = cJSON_GetObjectItemCaseSensitive(rb, "mrope_section");
     if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) != 3)
         return epyq_err_set(err, EPYQ_E_FORMAT,

@@ -11,6 +11,7 @@
 #include "tests/files/img_enc.h"
 #include "vision/image.h"
 #include "vision/preproc.h"
+#include "vision/vision.h"
 
 START_TEST(png_variants) {
     const int w = 37, h = 21;
@@ -209,6 +210,64 @@ START_TEST(pp_config) {
 }
 END_TEST
 
+/* vision_config: what changes the math is refused, naming the key */
+static epyq_status vcfg(const char *vis, const char *text, epyq_vision_config *vc, epyq_err *err) {
+    char buf[2048];
+    bool present;
+    snprintf(
+        buf, sizeof buf,
+        "{\"image_token_id\":1012,\"vision_start_token_id\":1009,\"vision_end_token_id\":1010,"
+        "\"text_config\":{\"hidden_size\":256%s,\"rope_parameters\":{\"mrope_section\":[3,3,2],"
+        "\"mrope_interleaved\":true}},\"vision_config\":{\"depth\":2,\"hidden_size\":64,"
+        "\"intermediate_size\":128,\"num_heads\":2,\"patch_size\":16,\"temporal_patch_size\":2,"
+        "\"spatial_merge_size\":2,\"out_hidden_size\":256,\"num_position_embeddings\":16%s}}",
+        text, vis);
+    return epyq_vision_config_parse(vc, buf, strlen(buf), "c.json", &present, err);
+}
+
+START_TEST(vision_config_rules) {
+    epyq_vision_config vc;
+    epyq_err err = {0};
+    ck_assert_msg(vcfg("", "", &vc, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert(vc.head_dim == 32 && vc.pos_side == 4 && vc.rope_theta == 10000.0 &&
+              vc.mrope_section[2] == 2);
+    ck_assert(vcfg(",\"rope_parameters\":{\"rope_theta\":500.0}", "", &vc, &err) == EPYQ_OK &&
+              vc.rope_theta == 500.0);
+    static const struct {
+        const char *vis, *text, *needle;
+    } bad[] = {{",\"deepstack_visual_indexes\":[8]", "", "deepstack"},
+               {",\"hidden_act\":\"silu\"", "", "hidden_act"},
+               {"", ",\"hidden_size_x\":1", NULL}, /* control: still fine */
+               {",\"in_channels\":4", "", "in_channels"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        epyq_status st = vcfg(bad[i].vis, bad[i].text, &vc, &err);
+        if (!bad[i].needle) {
+            ck_assert_msg(st == EPYQ_OK, "%s", err.msg);
+            continue;
+        }
+        ck_assert_msg(st == EPYQ_E_FORMAT && strstr(err.msg, "c.json") &&
+                          strstr(err.msg, bad[i].needle),
+                      "case %zu: %s", i, err.msg);
+    }
+    /* out_hidden_size must be the text width: the rows replace token embeddings */
+    char buf[512];
+    bool present;
+    snprintf(
+        buf, sizeof buf,
+        "{\"image_token_id\":1,\"vision_start_token_id\":2,\"vision_end_token_id\":3,\"text_config\":"
+        "{\"hidden_size\":512,\"rope_parameters\":{\"mrope_section\":[3,3,2],\"mrope_interleaved\":true}},"
+        "\"vision_config\":{\"depth\":1,\"hidden_size\":64,\"intermediate_size\":8,\"num_heads\":2,"
+        "\"patch_size\":16,\"temporal_patch_size\":2,\"spatial_merge_size\":2,\"out_hidden_size\":256,"
+        "\"num_position_embeddings\":16}}");
+    ck_assert(epyq_vision_config_parse(&vc, buf, strlen(buf), "c.json", &present, &err) ==
+              EPYQ_E_FORMAT);
+    ck_assert(strstr(err.msg, "out_hidden_size 256") && strstr(err.msg, "512"));
+    /* no vision_config: nothing to read, not an error */
+    ck_assert(epyq_vision_config_parse(&vc, "{}", 2, "c.json", &present, &err) == EPYQ_OK &&
+              !present);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("vision_image");
     TCase *tc = tcase_create("all");
@@ -218,6 +277,7 @@ int main(void) {
     tcase_add_test(tc, patch_order);
     tcase_add_test(tc, bad_images);
     tcase_add_test(tc, pp_config);
+    tcase_add_test(tc, vision_config_rules);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
