@@ -28,8 +28,8 @@ static float *run(const char *dir, const epyq_numa_opts *numa, int32_t *vocab) {
     ck_assert_msg(epyq_model_load(&m, dir, &mo, &err) == EPYQ_OK, "%s: %s", dir, err.msg);
     const epyq_config *c = epyq_model_config(m);
     if (numa) { /* whole experts: the single-pool path's units, for its exact bits */
+        mo.moe_slice = c->moe_intermediate_size; /* before the free: c is the model's */
         epyq_model_free(m);
-        mo.moe_slice = c->moe_intermediate_size;
         ck_assert_msg(epyq_model_load(&m, dir, &mo, &err) == EPYQ_OK, "%s: %s", dir, err.msg);
         c = epyq_model_config(m);
     }
