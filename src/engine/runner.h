@@ -43,7 +43,8 @@ void epyq_runner_cancel(epyq_runner *r, uint64_t ticket);
 int32_t epyq_runner_drain(epyq_runner *r, double grace_s);
 
 typedef struct {
-    int32_t queued, running;
+    int32_t queued;           /* now */
+    int32_t running;          /* as of the last step, like eng */
     double busy_s;            /* engine thread: seconds spent admitting, cancelling and stepping */
     epyq_engine_stats eng;    /* as of the last step */
 } epyq_runner_stats;

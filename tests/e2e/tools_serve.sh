@@ -119,7 +119,8 @@ wait "$CP" 2>/dev/null
 i=0 # until both are seen gone
 while [ $i -lt 500 ]; do
     curl -s -m 10 "$URL/metrics" >"$T/metrics"
-    grep -q '^epyq_requests_running 0$' "$T/metrics" && grep -q '^epyq_requests_cancelled_total 2$' "$T/metrics" && break
+    grep -q '^epyq_requests_running 0$' "$T/metrics" && grep -q '^epyq_requests_cancelled_total 2$' "$T/metrics" &&
+        grep -q '^epyq_kv_bytes_in_use 0$' "$T/metrics" && break
     sleep 0.02; i=$((i + 1))
 done
 grep -q '^epyq_requests_running 0$' "$T/metrics" && grep -q '^epyq_kv_bytes_in_use 0$' "$T/metrics" &&
