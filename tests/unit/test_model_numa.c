@@ -293,19 +293,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_numa");
-    TCase *tc = tcase_create("numa");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_split_bit_identical);
-    tcase_add_test(tc, test_dense_modes_bit_identical);
-    tcase_add_test(tc, test_placement_verified);
-    tcase_add_test(tc, test_missing_node_error);
-    tcase_add_test(tc, test_cli_splits);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    TCase *tc = epyq_test_case(s, "numa", 120);
+    EPYQ_TESTS_ADD(tc, test_split_bit_identical, test_dense_modes_bit_identical,
+                   test_placement_verified, test_missing_node_error, test_cli_splits);
+    int failed = epyq_test_failures(s, true);
     free(model_dir);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

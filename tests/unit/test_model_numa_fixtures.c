@@ -13,6 +13,7 @@
 
 #include "model/model.h"
 #include "model/numa_moe.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
 
 #define N_PROMPT 5
@@ -114,14 +115,7 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("model_numa_fixtures");
-    TCase *tc = tcase_create("fixtures");
-    tcase_set_timeout(tc, 300);
+    TCase *tc = epyq_test_case(s, "fixtures", 300);
     tcase_add_loop_test(tc, test_fixture_modes, 0, nf);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_failures(s, true) ? 1 : 0;
 }

@@ -800,29 +800,17 @@ END_TEST
 
 static Suite *plan_suite(void) {
     Suite *s = suite_create("numa_plan");
-    TCase *tc = tcase_create("topo");
-    tcase_add_test(tc, test_topo_synthetic_nps4);
-    tcase_add_test(tc, test_topo_genoa_interleaved_xml);
-    tcase_add_test(tc, test_topo_memoryless_and_cpuless);
-    tcase_add_test(tc, test_topo_restrict_like_numactl);
-    tcase_add_test(tc, test_topo_this_machine_and_split);
-    tcase_add_test(tc, test_topo_lists_and_bad_specs);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("plan");
-    tcase_add_test(tc, test_plan_nps4_full_model);
-    tcase_add_test(tc, test_plan_balance_odd_nodes);
-    tcase_add_test(tc, test_plan_traffic_balance);
-    tcase_add_test(tc, test_plan_genoa_threads_follow_nodes);
-    tcase_add_test(tc, test_plan_asymmetric_memoryless_cpuless);
-    tcase_add_test(tc, test_plan_modes);
-    tcase_add_test(tc, test_plan_split_this_machine);
-    tcase_add_test(tc, test_plan_impossible_requests);
-    tcase_add_test(tc, test_plan_memory_checks);
-    tcase_add_test(tc, test_plan_small_nodes);
-    tcase_add_test(tc, test_replicate_memory_refused);
-    tcase_add_test(tc, test_opts_parse_and_env);
-    tcase_add_test(tc, test_inspect_numa_cli);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "topo", 0);
+    EPYQ_TESTS_ADD(tc, test_topo_synthetic_nps4, test_topo_genoa_interleaved_xml,
+                   test_topo_memoryless_and_cpuless, test_topo_restrict_like_numactl,
+                   test_topo_this_machine_and_split, test_topo_lists_and_bad_specs);
+    tc = epyq_test_case(s, "plan", 0);
+    EPYQ_TESTS_ADD(tc, test_plan_nps4_full_model, test_plan_balance_odd_nodes,
+                   test_plan_traffic_balance, test_plan_genoa_threads_follow_nodes,
+                   test_plan_asymmetric_memoryless_cpuless, test_plan_modes,
+                   test_plan_split_this_machine, test_plan_impossible_requests,
+                   test_plan_memory_checks, test_plan_small_nodes, test_replicate_memory_refused,
+                   test_opts_parse_and_env, test_inspect_numa_cli);
     return s;
 }
 
