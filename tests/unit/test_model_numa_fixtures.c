@@ -15,6 +15,7 @@
 #include "model/numa_moe.h"
 #include "tests/check_main.h"
 #include "tests/testutil.h"
+#include "tests/unit/model_greedy.h"
 
 #define N_PROMPT 5
 #define N_DECODE 3
@@ -41,19 +42,7 @@ static float *run(const char *dir, const epyq_numa_opts *numa, int32_t *vocab) {
     epyq_seq *s = NULL;
     ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
     int32_t tok[N_PROMPT] = {9, 321, 77, 500, 18};
-    epyq_seq *seqs[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
-    epyq_batch b = {N_PROMPT, seqs, tok, NULL};
-    ck_assert_msg(epyq_model_forward(m, &b, lg, NULL, &err) == EPYQ_OK, "%s", err.msg);
-    for (int d = 0; d < N_DECODE; d++) {
-        const float *prev = lg + (size_t)(N_PROMPT - 1 + d) * V;
-        int32_t t = 0;
-        for (int32_t i = 1; i < V; i++) t = prev[i] > prev[t] ? i : t;
-        epyq_batch b1 = {1, seqs, &t, NULL};
-        ck_assert_msg(epyq_model_forward(m, &b1, lg + (size_t)(N_PROMPT + d) * V, NULL, &err) ==
-                          EPYQ_OK,
-                      "%s", err.msg);
-    }
+    epyq_test_greedy(m, s, tok, N_PROMPT, N_DECODE, V, lg);
     if (numa) {
         size_t pages = 0, elsewhere = 0;
         ck_assert_msg(epyq_model_numa_verify(m, &pages, &elsewhere, &err) == EPYQ_OK, "%s",
