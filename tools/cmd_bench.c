@@ -573,30 +573,30 @@ int epyq_cmd_bench(int argc, char **argv) {
     epyq_err err = {0};
     char *dir = NULL;
     epyq_weights *w = NULL;
-    epyq_status st = epyq_kern_init(&err);
-    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     epyq_bind_opts bo = {.skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_weights_bind(&w, dir, &bo, &err);
-    if (st == EPYQ_OK) {
-        epyq_weights_stats ws;
-        epyq_weights_stats_get(w, &ws);
-        uint64_t params = 0;
-        for (int k = 0; k < EPYQ_MK_COUNT; k++) params += ws.kind[k].params;
-        params += (uint64_t)w->cfg.vocab_size * (uint64_t)w->cfg.hidden_size; /* embedding */
-        const char *fmt = epyq_qformat_name(w->cfg.qformat);
-        epyq_weights_free(w);
-        w = NULL;
-        bool first = true;
-        epyq_bench_progress pg;
-        epyq_bench_progress_init(&pg, o.pp, o.n_pp, o.tg, o.n_tg, o.bat, o.n_bat, o.thr, o.n_thr, o.n_paths,
-                                 o.n_spec, o.reps, o.warmup);
-        print_header(o.out);
-        for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
-            st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &pg, &err);
-        epyq_bench_progress_clear(&pg);
-        epyq_bench_progress_free(&pg);
-        if (o.out == OUT_JSON) printf("\n]\n");
-    }
+    epyq_status st = epyq_kern_init(&err);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err)) != EPYQ_OK) goto done;
+    if ((st = epyq_weights_bind(&w, dir, &bo, &err)) != EPYQ_OK) goto done;
+    epyq_weights_stats ws;
+    epyq_weights_stats_get(w, &ws);
+    uint64_t params = 0;
+    for (int k = 0; k < EPYQ_MK_COUNT; k++) params += ws.kind[k].params;
+    params += (uint64_t)w->cfg.vocab_size * (uint64_t)w->cfg.hidden_size; /* embedding */
+    const char *fmt = epyq_qformat_name(w->cfg.qformat);
+    epyq_weights_free(w);
+    w = NULL;
+    bool first = true;
+    epyq_bench_progress pg;
+    epyq_bench_progress_init(&pg, o.pp, o.n_pp, o.tg, o.n_tg, o.bat, o.n_bat, o.thr, o.n_thr,
+                             o.n_paths, o.n_spec, o.reps, o.warmup);
+    print_header(o.out);
+    for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
+        st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &pg, &err);
+    epyq_bench_progress_clear(&pg);
+    epyq_bench_progress_free(&pg);
+    if (o.out == OUT_JSON) printf("\n]\n");
+done:
     epyq_weights_free(w);
     free(dir);
     if (st != EPYQ_OK) {

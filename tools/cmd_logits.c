@@ -90,31 +90,41 @@ typedef struct {
 static epyq_status run_ref(const opts *o, result *r, epyq_err *err) {
     epyq_weights *w = NULL;
     epyq_bind_opts bo = {.skip_mtp = !o->mtp};
-    epyq_status st = epyq_weights_bind(&w, o->dir, &bo, err);
-    if (st != EPYQ_OK) return st;
+    TRY(epyq_weights_bind(&w, o->dir, &bo, err));
     int32_t V = w->cfg.vocab_size, H = w->cfg.hidden_size, n = o->n_ids;
     epyq_ref *ref = NULL;
     double *lg = malloc((size_t)V * sizeof(double));
     double *hid = malloc((size_t)n * H * sizeof(double)), *ho = malloc((size_t)H * sizeof(double));
-    if (!lg || !hid || !ho) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    if (st == EPYQ_OK) st = epyq_ref_create(&ref, w, n + o->n_decode + o->n_drafts + 1, err);
-    for (int t = 0; st == EPYQ_OK && t < n + o->n_decode; t++) {
+    epyq_status st = EPYQ_OK;
+    if (!lg || !hid || !ho) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = epyq_ref_create(&ref, w, n + o->n_decode + o->n_drafts + 1, err)) != EPYQ_OK)
+        goto done;
+    for (int t = 0; t < n + o->n_decode; t++) {
         /* prompt tokens, then each decode step feeds the previous row's argmax */
         int tok = t < n ? o->ids[t] : epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
-        st = epyq_ref_forward(ref, tok, lg, t < n ? hid + (size_t)t * H : NULL, err);
-        for (int32_t i = 0; st == EPYQ_OK && i < V; i++) r->rows[(size_t)t * V + i] = (float)lg[i];
+        if ((st = epyq_ref_forward(ref, tok, lg, t < n ? hid + (size_t)t * H : NULL, err)) !=
+            EPYQ_OK)
+            goto done;
+        for (int32_t i = 0; i < V; i++) r->rows[(size_t)t * V + i] = (float)lg[i];
     }
-    if (st == EPYQ_OK && o->mtp) {
-        int target = epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
-        for (int t = 0; st == EPYQ_OK && t < n; t++)
-            st = epyq_ref_mtp(ref, hid + (size_t)t * H, t + 1 < n ? o->ids[t + 1] : target, t, lg, ho, err);
-        for (int d = 0; st == EPYQ_OK && d < o->n_drafts; d++) {
-            float *row = r->rows + (size_t)(r->n_trunk + d) * V;
-            for (int32_t i = 0; i < V; i++) row[i] = (float)lg[i];
-            r->drafts[d] = epyq_argmax(row, V);
-            if (d + 1 < o->n_drafts) st = epyq_ref_mtp(ref, ho, r->drafts[d], n + d, lg, ho, err);
-        }
+    if (!o->mtp) goto done;
+    int target = epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
+    for (int t = 0; t < n; t++)
+        if ((st = epyq_ref_mtp(ref, hid + (size_t)t * H, t + 1 < n ? o->ids[t + 1] : target, t, lg,
+                               ho, err)) != EPYQ_OK)
+            goto done;
+    for (int d = 0; d < o->n_drafts; d++) {
+        float *row = r->rows + (size_t)(r->n_trunk + d) * V;
+        for (int32_t i = 0; i < V; i++) row[i] = (float)lg[i];
+        r->drafts[d] = epyq_argmax(row, V);
+        if (d + 1 < o->n_drafts &&
+            (st = epyq_ref_mtp(ref, ho, r->drafts[d], n + d, lg, ho, err)) != EPYQ_OK)
+            goto done;
     }
+done:
     epyq_ref_free(ref);
     free(lg), free(hid), free(ho);
     epyq_weights_free(w);
@@ -130,49 +140,57 @@ static epyq_status run_model(const opts *o, result *r, epyq_err *err) {
                           .requant_lm_head = o->rt.rq_lm_head,
                           .requant_dense = o->rt.rq_dense};
     mo.ep = o->epc;
-    epyq_status st = epyq_model_load(&m, o->dir, &mo, err);
-    if (st != EPYQ_OK) return st;
+    TRY(epyq_model_load(&m, o->dir, &mo, err));
     int32_t V = r->V, H = epyq_model_config(m)->hidden_size, n = o->n_ids;
-    if (o->mtp && !epyq_model_has_mtp(m)) st = epyq_err_set(err, EPYQ_E_ARG, "%s has no MTP head", o->dir);
     epyq_seq *s = NULL;
     epyq_seq **seqs = malloc((size_t)n * sizeof *seqs);
-    float *hid = malloc((size_t)n * H * sizeof(float));
+    float *hid = malloc((size_t)n * H * sizeof(float)), *ho = NULL;
+    int *tok = NULL, *pos = NULL;
+    epyq_status st = EPYQ_OK;
+    if (o->mtp && !epyq_model_has_mtp(m))
+        st = epyq_err_set(err, EPYQ_E_ARG, "%s has no MTP head", o->dir);
     if (!seqs || !hid) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    if (st == EPYQ_OK)
-        st = epyq_seq_create(&s, m, n + o->n_decode + o->n_drafts + 1, o->rt.kv, err);
-    if (st == EPYQ_OK) {
-        for (int i = 0; i < n; i++) seqs[i] = s;
-        epyq_batch b = {n, seqs, o->ids, NULL};
-        st = epyq_model_forward_img(m, &b, o->n_images ? &o->vp.img : NULL, r->rows, hid, err);
-    }
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_seq_create(&s, m, n + o->n_decode + o->n_drafts + 1, o->rt.kv, err)) != EPYQ_OK)
+        goto done;
+    for (int i = 0; i < n; i++) seqs[i] = s;
+    epyq_batch b = {n, seqs, o->ids, NULL};
+    if ((st = epyq_model_forward_img(m, &b, o->n_images ? &o->vp.img : NULL, r->rows, hid, err)) !=
+        EPYQ_OK)
+        goto done;
     double t0 = epyq_now();
-    for (int t = n; st == EPYQ_OK && t < n + o->n_decode; t++) {
-        int tok = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
-        epyq_batch b = {1, seqs, &tok, NULL};
-        st = epyq_model_forward(m, &b, r->rows + (size_t)t * V, NULL, err);
+    for (int t = n; t < n + o->n_decode; t++) {
+        int next = epyq_argmax(r->rows + (size_t)(t - 1) * V, V);
+        epyq_batch b1 = {1, seqs, &next, NULL};
+        if ((st = epyq_model_forward(m, &b1, r->rows + (size_t)t * V, NULL, err)) != EPYQ_OK)
+            goto done;
     }
     r->decode_s = epyq_now() - t0;
-    if (st == EPYQ_OK && o->mtp) {
-        int *tok = malloc((size_t)n * sizeof(int)), *pos = malloc((size_t)n * sizeof(int));
-        float *ho = malloc((size_t)n * H * sizeof(float));
-        if (!tok || !pos || !ho) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-        for (int t = 0; st == EPYQ_OK && t < n; t++) {
-            tok[t] = t + 1 < n ? o->ids[t + 1] : epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
-            pos[t] = t;
-        }
-        float *row = r->rows + (size_t)r->n_trunk * V;
-        if (st == EPYQ_OK) st = epyq_model_mtp(m, s, n, hid, tok, pos, 1, row, ho, err);
-        const float *h = ho + (size_t)(n - 1) * H;
-        for (int d = 0; st == EPYQ_OK && d < o->n_drafts; d++) {
-            r->drafts[d] = epyq_argmax(row, V);
-            if (d + 1 == o->n_drafts) break;
-            int p = n + d;
-            row += V;
-            st = epyq_model_mtp(m, s, 1, h, &r->drafts[d], &p, 1, row, ho, err);
-            h = ho;
-        }
-        free(tok), free(pos), free(ho);
+    if (!o->mtp) goto done;
+    tok = malloc((size_t)n * sizeof(int)), pos = malloc((size_t)n * sizeof(int));
+    ho = malloc((size_t)n * H * sizeof(float));
+    if (!tok || !pos || !ho) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        goto done;
     }
+    for (int t = 0; t < n; t++) {
+        tok[t] = t + 1 < n ? o->ids[t + 1] : epyq_argmax(r->rows + (size_t)(n - 1) * V, V);
+        pos[t] = t;
+    }
+    float *row = r->rows + (size_t)r->n_trunk * V;
+    if ((st = epyq_model_mtp(m, s, n, hid, tok, pos, 1, row, ho, err)) != EPYQ_OK) goto done;
+    const float *h = ho + (size_t)(n - 1) * H;
+    for (int d = 0; d < o->n_drafts; d++) {
+        r->drafts[d] = epyq_argmax(row, V);
+        if (d + 1 == o->n_drafts) break;
+        int p = n + d;
+        row += V;
+        if ((st = epyq_model_mtp(m, s, 1, h, &r->drafts[d], &p, 1, row, ho, err)) != EPYQ_OK)
+            goto done;
+        h = ho;
+    }
+done:
+    free(tok), free(pos), free(ho);
     epyq_seq_free(s);
     free(seqs), free(hid);
     epyq_model_free(m);
@@ -264,19 +282,21 @@ static epyq_status image_prompt(opts *o, epyq_err *err) {
     epyq_vision_opts vo = {.n_threads = o->threads};
     epyq_image im[16] = {{0}};
     epyq_status st = epyq_vision_load(&v, o->dir, &vo, err);
-    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++)
-        st = epyq_image_load(&im[i], o->images[i], err);
-    if (st == EPYQ_OK)
-        st = epyq_vision_prompt_build(&o->vp, v, im, o->images, o->n_images, o->ids, o->n_ids, err);
-    if (st == EPYQ_OK && o->vp.n + o->n_decode + 1 > MAX_IDS)
+    if (st != EPYQ_OK) goto done;
+    for (int i = 0; i < o->n_images; i++)
+        if ((st = epyq_image_load(&im[i], o->images[i], err)) != EPYQ_OK) goto done;
+    st = epyq_vision_prompt_build(&o->vp, v, im, o->images, o->n_images, o->ids, o->n_ids, err);
+    if (st != EPYQ_OK) goto done;
+    if (o->vp.n + o->n_decode + 1 > MAX_IDS) {
         st = epyq_err_set(err, EPYQ_E_ARG, "prompt with images: %d tokens, at most %d", o->vp.n,
                           MAX_IDS - o->n_decode - 1);
-    if (st == EPYQ_OK) {
-        memcpy(o->ids, o->vp.ids, (size_t)o->vp.n * sizeof *o->ids);
-        o->n_ids = o->vp.n;
-        fprintf(stderr, "epyq logits: %d images, %d image tokens, encoded in %.3f s\n", o->n_images,
-                o->vp.image_tokens, o->vp.t_encode);
+        goto done;
     }
+    memcpy(o->ids, o->vp.ids, (size_t)o->vp.n * sizeof *o->ids);
+    o->n_ids = o->vp.n;
+    fprintf(stderr, "epyq logits: %d images, %d image tokens, encoded in %.3f s\n", o->n_images,
+            o->vp.image_tokens, o->vp.t_encode);
+done:
     for (int i = 0; i < o->n_images; i++) epyq_image_free(&im[i]);
     epyq_vision_free(v);
     return st;
@@ -295,34 +315,37 @@ int epyq_cmd_logits(int argc, char **argv) {
     epyq_status st = o->ep ? epyq_tool_ep_open(&ep, &argc, &argv, &err) : EPYQ_OK;
     o->epc = ep;
     const bool lead = !ep || ep->rank == 0; /* --ep: rank 0 writes and prints */
-    if (st == EPYQ_OK) st = epyq_kern_init(&err);
     epyq_config cfg;
     bool have_cfg = false;
-    if (st == EPYQ_OK) st = epyq_config_load(&cfg, o->dir, &err);
-    have_cfg = st == EPYQ_OK;
-    if (st == EPYQ_OK && o->n_images) st = image_prompt(o, &err);
     result r = {0};
-    if (st == EPYQ_OK) {
-        r.V = cfg.vocab_size;
-        r.n_trunk = o->n_ids + o->n_decode;
-        r.n_rows = r.n_trunk + (o->mtp ? o->n_drafts : 0);
-        r.rows = calloc((size_t)r.n_rows * r.V, sizeof(float));
-        if (!r.rows) st = epyq_err_set(&err, EPYQ_E_NOMEM, "logits [%d][%d]: out of memory", r.n_rows, r.V);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
+    if ((st = epyq_config_load(&cfg, o->dir, &err)) != EPYQ_OK) goto done;
+    have_cfg = true;
+    if (o->n_images && (st = image_prompt(o, &err)) != EPYQ_OK) goto done;
+    r.V = cfg.vocab_size;
+    r.n_trunk = o->n_ids + o->n_decode;
+    r.n_rows = r.n_trunk + (o->mtp ? o->n_drafts : 0);
+    r.rows = calloc((size_t)r.n_rows * r.V, sizeof(float));
+    if (!r.rows) {
+        st = epyq_err_set(&err, EPYQ_E_NOMEM, "logits [%d][%d]: out of memory", r.n_rows, r.V);
+        goto done;
     }
-    if (st == EPYQ_OK) st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err);
-    if (st == EPYQ_OK && ep) epyq_tool_ep_report(ep, o->n_decode, r.decode_s);
-    if (st == EPYQ_OK && o->out && lead)
-        st = epyq_file_write_atomic(o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err);
-    if (st == EPYQ_OK && !lead) {
-    } else if (st == EPYQ_OK) {
-        printf("{\"rows\": %d, \"vocab\": %d, \"prompt\": %d, \"decode\": %d, \"argmax\": [", r.n_rows, r.V,
-               o->n_ids, o->n_decode);
-        for (int i = 0; i < r.n_trunk; i++)
-            printf("%s%d", i ? ", " : "", epyq_argmax(r.rows + (size_t)i * r.V, r.V));
-        printf("], \"drafts\": [");
-        for (int d = 0; o->mtp && d < o->n_drafts; d++) printf("%s%d", d ? ", " : "", r.drafts[d]);
-        printf("], \"engine\": \"%s\"}\n", o->ref ? "ref" : epyq_kern()->name);
-    } else {
+    if ((st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err)) != EPYQ_OK) goto done;
+    if (ep) epyq_tool_ep_report(ep, o->n_decode, r.decode_s);
+    if (!lead) goto done;
+    if (o->out && (st = epyq_file_write_atomic(
+                       o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err)) != EPYQ_OK)
+        goto done;
+    printf("{\"rows\": %d, \"vocab\": %d, \"prompt\": %d, \"decode\": %d, \"argmax\": [", r.n_rows,
+           r.V, o->n_ids, o->n_decode);
+    for (int i = 0; i < r.n_trunk; i++)
+        printf("%s%d", i ? ", " : "", epyq_argmax(r.rows + (size_t)i * r.V, r.V));
+    printf("], \"drafts\": [");
+    for (int d = 0; o->mtp && d < o->n_drafts; d++) printf("%s%d", d ? ", " : "", r.drafts[d]);
+    printf("], \"engine\": \"%s\"}\n", o->ref ? "ref" : epyq_kern()->name);
+done:
+    if (st != EPYQ_OK) {
         fprintf(stderr, "epyq: %s\n", err.msg);
         if (ep) { /* the other ranks wait for this one's next exchange: end them all */
             fflush(stderr);

@@ -166,24 +166,31 @@ int epyq_cmd_ppl(int argc, char **argv) {
     kld_state k = {0};
     float *logits = NULL;
     double *lp = NULL;
-    epyq_status st = epyq_kern_init(&err);
-    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
-    if (st == EPYQ_OK) st = epyq_file_read(o.file, (size_t)1 << 31, &text, &text_len, &err);
-    if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
-    if (st == EPYQ_OK) st = epyq_tok_encode(tok, text, text_len, &ids, &n_ids, &err);
-    if (st == EPYQ_OK && n_ids < 2) st = epyq_err_set(&err, EPYQ_E_ARG, "%s: %zu tokens; need at least 2 to score", o.file, n_ids);
     epyq_model_opts mo = {.path = o.path, .n_threads = o.threads, .skip_mtp = true};
-    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
     int32_t V = 0, c = o.ctx, stride = o.ctx / 2;
-    if (st == EPYQ_OK) {
-        V = epyq_model_config(m)->vocab_size;
-        if (c > (int64_t)n_ids) c = (int32_t)n_ids;
-        logits = malloc((size_t)LOGIT_ROWS * V * sizeof(float));
-        lp = malloc((size_t)V * sizeof(double));
-        if (!logits || !lp) st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
+    epyq_status st = epyq_kern_init(&err);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err)) != EPYQ_OK) goto done;
+    if ((st = epyq_file_read(o.file, (size_t)1 << 31, &text, &text_len, &err)) != EPYQ_OK)
+        goto done;
+    if ((st = epyq_tok_load(&tok, dir, &err)) != EPYQ_OK) goto done;
+    if ((st = epyq_tok_encode(tok, text, text_len, &ids, &n_ids, &err)) != EPYQ_OK) goto done;
+    if (n_ids < 2) {
+        st = epyq_err_set(&err, EPYQ_E_ARG, "%s: %zu tokens; need at least 2 to score", o.file,
+                          n_ids);
+        goto done;
     }
-    if (st == EPYQ_OK) st = epyq_seq_create(&seq, m, c, EPYQ_KV_BF16, &err);
-    if (st == EPYQ_OK && o.kld) st = kld_open(&k, o.kld, V, (uint32_t)(n_ids - 1), &err);
+    if ((st = epyq_tool_model_load(&m, dir, &mo, &err)) != EPYQ_OK) goto done;
+    V = epyq_model_config(m)->vocab_size;
+    if (c > (int64_t)n_ids) c = (int32_t)n_ids;
+    logits = malloc((size_t)LOGIT_ROWS * V * sizeof(float));
+    lp = malloc((size_t)V * sizeof(double));
+    if (!logits || !lp) {
+        st = epyq_err_set(&err, EPYQ_E_NOMEM, "out of memory");
+        goto done;
+    }
+    if ((st = epyq_seq_create(&seq, m, c, EPYQ_KV_BF16, &err)) != EPYQ_OK) goto done;
+    if (o.kld && (st = kld_open(&k, o.kld, V, (uint32_t)(n_ids - 1), &err)) != EPYQ_OK) goto done;
 
     double nll_sum = 0, nll_sq = 0;
     uint64_t scored = 0;
@@ -216,19 +223,24 @@ int epyq_cmd_ppl(int argc, char **argv) {
     }
     double dt = epyq_now() - t0;
     if (isatty(2)) fputc('\n', stderr);
-    if (st == EPYQ_OK) {
-        double mean = nll_sum / (double)scored;
-        double var = scored > 1 ? (nll_sq - nll_sum * mean) / (double)(scored - 1) : 0;
-        double se = sqrt(var > 0 ? var / (double)scored : 0);
-        printf("tokens scored: %llu (window %d, stride %d), evaluated %llu in %.2f s (%.1f tokens/s)\n",
-               (unsigned long long)scored, c, stride, (unsigned long long)evaluated, dt, evaluated / dt);
-        printf("PPL = %.4f +/- %.4f   (mean NLL %.5f +/- %.5f nats)\n", exp(mean), exp(mean) * se, mean, se);
-        if (o.kld && k.save) printf("saved %llu distributions to %s\n", (unsigned long long)k.rows, o.kld);
-        else if (o.kld)
-            printf("KL divergence vs %s: mean %.6f, max %.6f nats; top-1 agreement %.2f%% (%llu/%llu)\n", o.kld,
-                   k.kl_sum / (double)k.rows, k.kl_max, 100.0 * (double)k.top1_same / (double)k.rows,
-                   (unsigned long long)k.top1_same, (unsigned long long)k.rows);
-    }
+    if (st != EPYQ_OK) goto done;
+    double mean = nll_sum / (double)scored;
+    double var = scored > 1 ? (nll_sq - nll_sum * mean) / (double)(scored - 1) : 0;
+    double se = sqrt(var > 0 ? var / (double)scored : 0);
+    printf("tokens scored: %llu (window %d, stride %d), evaluated %llu in %.2f s (%.1f tokens/s)\n",
+           (unsigned long long)scored, c, stride, (unsigned long long)evaluated, dt,
+           evaluated / dt);
+    printf("PPL = %.4f +/- %.4f   (mean NLL %.5f +/- %.5f nats)\n", exp(mean), exp(mean) * se, mean,
+           se);
+    if (o.kld && k.save)
+        printf("saved %llu distributions to %s\n", (unsigned long long)k.rows, o.kld);
+    else if (o.kld)
+        printf(
+            "KL divergence vs %s: mean %.6f, max %.6f nats; top-1 agreement %.2f%% (%llu/%llu)\n",
+            o.kld, k.kl_sum / (double)k.rows, k.kl_max,
+            100.0 * (double)k.top1_same / (double)k.rows, (unsigned long long)k.top1_same,
+            (unsigned long long)k.rows);
+done:
     if (k.f && fclose(k.f) != 0 && st == EPYQ_OK) st = epyq_err_set(&err, EPYQ_E_IO, "%s: write failed", o.kld);
     free(k.row);
     free(logits), free(lp), free(ids), free(text), free(dir);

@@ -210,22 +210,22 @@ static epyq_status image_prompt(const opts *o, const char *dir, int32_t **ids, s
     epyq_vision_opts vo = {.n_threads = o->threads};
     epyq_image im[16] = {{0}};
     epyq_status st = epyq_vision_load(&v, dir, &vo, err);
-    for (int i = 0; st == EPYQ_OK && i < o->n_images; i++)
-        st = epyq_image_load(&im[i], o->images[i], err);
-    if (st == EPYQ_OK)
-        st =
-            epyq_vision_prompt_build(vp, v, im, o->images, o->n_images, *ids, (int32_t)*n_ids, err);
-    if (st == EPYQ_OK) {
-        int32_t *cp = malloc((size_t)vp->n * sizeof *cp);
-        if (!cp) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-        else {
-            memcpy(cp, vp->ids, (size_t)vp->n * sizeof *cp);
-            free(*ids);
-            *ids = cp, *n_ids = (size_t)vp->n;
-            fprintf(stderr, "[ %d images: %d image tokens, encoded in %.2f s ]\n", vp->n_img,
-                    vp->image_tokens, vp->t_encode);
-        }
+    if (st != EPYQ_OK) goto done;
+    for (int i = 0; i < o->n_images; i++)
+        if ((st = epyq_image_load(&im[i], o->images[i], err)) != EPYQ_OK) goto done;
+    st = epyq_vision_prompt_build(vp, v, im, o->images, o->n_images, *ids, (int32_t)*n_ids, err);
+    if (st != EPYQ_OK) goto done;
+    int32_t *cp = malloc((size_t)vp->n * sizeof *cp);
+    if (!cp) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        goto done;
     }
+    memcpy(cp, vp->ids, (size_t)vp->n * sizeof *cp);
+    free(*ids);
+    *ids = cp, *n_ids = (size_t)vp->n;
+    fprintf(stderr, "[ %d images: %d image tokens, encoded in %.2f s ]\n", vp->n_img,
+            vp->image_tokens, vp->t_encode);
+done:
     for (int i = 0; i < o->n_images; i++) epyq_image_free(&im[i]);
     epyq_vision_free(v);
     return st;
@@ -242,24 +242,31 @@ int epyq_cmd_run(int argc, char **argv) {
     epyq_gen g = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    epyq_status st = epyq_kern_init(&err);
-    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
-    if (st == EPYQ_OK && o.file) st = epyq_file_read(o.file, (size_t)1 << 30, &file_text, NULL, &err);
-    if (st == EPYQ_OK) st = epyq_tok_load(&tok, dir, &err);
-    if (st == EPYQ_OK) st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err);
-    if (st == EPYQ_OK) st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err);
     epyq_vision_prompt vp = {0};
-    if (st == EPYQ_OK && o.n_images) st = image_prompt(&o, dir, &ids, &n_ids, &vp, &err);
+    epyq_gen_stats gs = {0};
+    epyq_status st = epyq_kern_init(&err);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err)) != EPYQ_OK) goto done;
+    if (o.file && (st = epyq_file_read(o.file, (size_t)1 << 30, &file_text, NULL, &err)) != EPYQ_OK)
+        goto done;
+    if ((st = epyq_tok_load(&tok, dir, &err)) != EPYQ_OK) goto done;
+    if ((st = build_prompt(&o, dir, o.file ? file_text : o.prompt, &prompt, &err)) != EPYQ_OK)
+        goto done;
+    if ((st = epyq_tok_encode(tok, prompt, strlen(prompt), &ids, &n_ids, &err)) != EPYQ_OK)
+        goto done;
+    if (o.n_images && (st = image_prompt(&o, dir, &ids, &n_ids, &vp, &err)) != EPYQ_OK) goto done;
     /* The context is settled from config.json before the weights are read: a -c the model
      * cannot hold or a prompt longer than the context is refused without a long load. A last
      * speculative step may verify up to --draft positions past the answer. */
     int32_t ctx = 0;
-    if (st == EPYQ_OK) {
-        int64_t want = (int64_t)n_ids + o.n_predict + 16 + (o.spec_k ? o.spec_k + 1 : 0);
-        st = epyq_tool_ctx_dir(dir, o.ctx ? o.ctx : want, o.ctx > 0, &ctx, &err);
-        if (st == EPYQ_OK && (int64_t)n_ids > ctx)
-            st = epyq_err_set(&err, EPYQ_E_CTX_FULL, "prompt has %zu tokens, context is %d (%s): %zu too many", n_ids,
-                              ctx, o.ctx ? "-c" : "the model's maximum", n_ids - (size_t)ctx);
+    int64_t want = (int64_t)n_ids + o.n_predict + 16 + (o.spec_k ? o.spec_k + 1 : 0);
+    if ((st = epyq_tool_ctx_dir(dir, o.ctx ? o.ctx : want, o.ctx > 0, &ctx, &err)) != EPYQ_OK)
+        goto done;
+    if ((int64_t)n_ids > ctx) {
+        st = epyq_err_set(&err, EPYQ_E_CTX_FULL,
+                          "prompt has %zu tokens, context is %d (%s): %zu too many", n_ids, ctx,
+                          o.ctx ? "-c" : "the model's maximum", n_ids - (size_t)ctx);
+        goto done;
     }
     epyq_model_opts mo = {.path = o.path,
                           .n_threads = o.threads,
@@ -268,36 +275,37 @@ int epyq_cmd_run(int argc, char **argv) {
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense};
-    if (st == EPYQ_OK) st = epyq_tool_model_load(&m, dir, &mo, &err);
-    if (st == EPYQ_OK) {
-        const epyq_config *cfg = epyq_model_config(m);
-        epyq_sample_params sp;
-        const epyq_sample_overrides so = {o.temp, o.top_p, o.min_p, o.rep, o.pres, o.top_k, o.seed};
-        epyq_sample_overrides_apply(&so, cfg, &sp);
-        if (o.spec_k && !epyq_model_has_mtp(m))
-            st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
-        if (st == EPYQ_OK) st = epyq_gen_init(&g, m, tok, ctx, o.rt.kv, &sp, &err);
-        if (st == EPYQ_OK) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
-        g.spec_k = o.spec_k;
-        g.img = o.n_images ? &vp.img : NULL;
+    if ((st = epyq_tool_model_load(&m, dir, &mo, &err)) != EPYQ_OK) goto done;
+    const epyq_config *cfg = epyq_model_config(m);
+    epyq_sample_params sp;
+    const epyq_sample_overrides so = {o.temp, o.top_p, o.min_p, o.rep, o.pres, o.top_k, o.seed};
+    epyq_sample_overrides_apply(&so, cfg, &sp);
+    if (o.spec_k && !epyq_model_has_mtp(m)) {
+        st = epyq_err_set(&err, EPYQ_E_ARG, "--spec mtp: %s has no MTP head (mtp.* tensors)", dir);
+        goto done;
     }
-    epyq_gen_stats gs = {0};
-    if (st == EPYQ_OK) {
-        signal(SIGINT, on_sigint);
-        st = epyq_gen_generate(&g, ids, n_ids, o.n_predict, &g_cancel, print_text, NULL, NULL, &gs, &err);
-        signal(SIGINT, SIG_DFL);
-        fputc('\n', stdout);
-        fprintf(stderr, "[ prompt %d tokens, %.2f t/s | generation %d tokens, %.2f t/s | finish: %s ]\n",
-                gs.n_prompt, gs.t_prompt > 0 ? gs.n_prompt / gs.t_prompt : 0.0, gs.n_gen,
-                gs.t_gen > 0 ? gs.n_gen / gs.t_gen : 0.0, epyq_finish_name(gs.finish));
-        if (o.spec_k && gs.spec_steps) {
-            fprintf(stderr, "[ spec mtp:%d: %lld steps, %.2f tokens/step, accepted by position:", o.spec_k,
-                    (long long)gs.spec_steps, (double)gs.spec_emitted / (double)gs.spec_steps);
-            for (int i = 0; i < o.spec_k && i < 8; i++)
-                fprintf(stderr, " %.2f", (double)gs.spec_accepted[i] / (double)gs.spec_steps);
-            fprintf(stderr, " ]\n");
-        }
+    if ((st = epyq_gen_init(&g, m, tok, ctx, o.rt.kv, &sp, &err)) != EPYQ_OK) goto done;
+    epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
+    g.spec_k = o.spec_k;
+    g.img = o.n_images ? &vp.img : NULL;
+    signal(SIGINT, on_sigint);
+    st = epyq_gen_generate(&g, ids, n_ids, o.n_predict, &g_cancel, print_text, NULL, NULL, &gs,
+                           &err);
+    signal(SIGINT, SIG_DFL);
+    fputc('\n', stdout);
+    fprintf(stderr,
+            "[ prompt %d tokens, %.2f t/s | generation %d tokens, %.2f t/s | finish: %s ]\n",
+            gs.n_prompt, gs.t_prompt > 0 ? gs.n_prompt / gs.t_prompt : 0.0, gs.n_gen,
+            gs.t_gen > 0 ? gs.n_gen / gs.t_gen : 0.0, epyq_finish_name(gs.finish));
+    if (o.spec_k && gs.spec_steps) {
+        fprintf(stderr,
+                "[ spec mtp:%d: %lld steps, %.2f tokens/step, accepted by position:", o.spec_k,
+                (long long)gs.spec_steps, (double)gs.spec_emitted / (double)gs.spec_steps);
+        for (int i = 0; i < o.spec_k && i < 8; i++)
+            fprintf(stderr, " %.2f", (double)gs.spec_accepted[i] / (double)gs.spec_steps);
+        fprintf(stderr, " ]\n");
     }
+done:
     if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
     epyq_gen_free(&g);
     epyq_model_free(m);

@@ -74,45 +74,48 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = qg && kk && vv && o ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err);
-    if (st == EPYQ_OK) {
-        const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
-        epyq_rlin_run_many(m, proj, 3, &act);
-        for (int32_t t = 0; t < T; t++) {
-            const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]},
-                          *p3 = p->rpos ? p->rpos + 3 * t : p1;
-            for (int32_t h = 0; h < m->d.nq; h++) {
-                float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
-                head_norm(q, a->q_norm, hd, m->eps);
-                rope(m, q, p3);
-            }
-            for (int32_t h = 0; h < m->d.nkv; h++) {
-                float *k = kk + (size_t)t * kvd + (size_t)h * hd;
-                head_norm(k, a->k_norm, hd, m->eps);
-                rope(m, k, p3);
-            }
-            epyq_seq_kv_store(p->seq[t], ly->slot, p->pos[t], kk + (size_t)t * kvd, vv + (size_t)t * kvd);
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
+    const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
+    epyq_rlin_run_many(m, proj, 3, &act);
+    for (int32_t t = 0; t < T; t++) {
+        const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]},
+                      *p3 = p->rpos ? p->rpos + 3 * t : p1;
+        for (int32_t h = 0; h < m->d.nq; h++) {
+            float *q = qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
+            head_norm(q, a->q_norm, hd, m->eps);
+            rope(m, q, p3);
         }
-        /* fp8 caches are widened per (token, kv head) into per-worker scratch */
-        int32_t max_n = 0;
-        bool fp8 = false;
-        for (int32_t t = 0; t < T; t++) {
-            max_n = p->pos[t] + 1 > max_n ? p->pos[t] + 1 : max_n;
-            fp8 |= p->seq[t]->kv == EPYQ_KV_FP8;
+        for (int32_t h = 0; h < m->d.nkv; h++) {
+            float *k = kk + (size_t)t * kvd + (size_t)h * hd;
+            head_norm(k, a->k_norm, hd, m->eps);
+            rope(m, k, p3);
         }
-        if (fp8) {
-            tmp = calloc((size_t)m->n_threads, sizeof *tmp);
-            for (int32_t w = 0; tmp && w < m->n_threads; w++)
-                if (!(tmp[w] = epyq_model_alloc((size_t)2 * max_n * hd, sizeof(uint16_t)))) st = EPYQ_E_NOMEM;
-            if (!tmp || st != EPYQ_OK) st = epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
+        epyq_seq_kv_store(p->seq[t], ly->slot, p->pos[t], kk + (size_t)t * kvd,
+                          vv + (size_t)t * kvd);
+    }
+    /* fp8 caches are widened per (token, kv head) into per-worker scratch */
+    int32_t max_n = 0;
+    bool fp8 = false;
+    for (int32_t t = 0; t < T; t++) {
+        max_n = p->pos[t] + 1 > max_n ? p->pos[t] + 1 : max_n;
+        fp8 |= p->seq[t]->kv == EPYQ_KV_FP8;
+    }
+    if (fp8) {
+        tmp = calloc((size_t)m->n_threads, sizeof *tmp);
+        for (int32_t w = 0; tmp && w < m->n_threads; w++)
+            if (!(tmp[w] = epyq_model_alloc((size_t)2 * max_n * hd, sizeof(uint16_t))))
+                st = EPYQ_E_NOMEM;
+        if (!tmp || st != EPYQ_OK) {
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
+            goto done;
         }
     }
-    if (st == EPYQ_OK) {
-        attn_job j = {m, ly, p, qg, o, tmp};
-        epyq_pool_run(m->pool, attn_task, &j, T * m->d.nkv);
-        st = epyq_rlin_act(m, o, T, m->d.nq * hd, &oact, &obuf, err);
-    }
-    if (st == EPYQ_OK) epyq_rlin_run(m, &a->o, &oact, out, m->d.H);
+    attn_job j = {m, ly, p, qg, o, tmp};
+    epyq_pool_run(m->pool, attn_task, &j, T * m->d.nkv);
+    if ((st = epyq_rlin_act(m, o, T, m->d.nq * hd, &oact, &obuf, err)) != EPYQ_OK) goto done;
+    epyq_rlin_run(m, &a->o, &oact, out, m->d.H);
+done:
     for (int32_t w = 0; tmp && w < m->n_threads; w++) free(tmp[w]);
     free(tmp), free(abuf), free(obuf), free(qg), free(kk), free(vv), free(o);
     return st;

@@ -308,39 +308,46 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = u && z && o && ba && gl && beta && chunked
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory");
-    if (st == EPYQ_OK) st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err);
-    if (st == EPYQ_OK) {
-        const epyq_rlin_out proj[] = {
-            {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
-        epyq_rlin_run_many(m, proj, 4, &act);
-        int32_t max_rows = 0;
-        for (int32_t grp = 0; grp < p->n_groups; grp++) {
-            int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
-            chunked[grp] = m->gdn_chunk_min > 0 && rows >= m->gdn_chunk_min &&
-                           !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
-            if (chunked[grp] && rows > max_rows) max_rows = rows;
-        }
-        /* The chunked form's buffers for every worker, allocated here so that no task can run
-         * out of memory after the conv states moved: a fallback inside the task would give
-         * other bits (the recurrent form is only equal within rounding) and a failure there
-         * would leave some heads advanced and others not. */
-        gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
-        if (max_rows) {
-            j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) + chunk_ws_floats(m->d.Dk, m->d.Dv);
-            j.work = epyq_model_alloc(j.work_per * (size_t)epyq_numa_workers(m), sizeof(float));
-            if (!j.work) st = epyq_err_set(err, EPYQ_E_NOMEM, "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
-        }
-        if (st == EPYQ_OK) {
-            prep_job pj = {m, ly, p, u, ba, gl, beta};
-            epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
-            /* NUMA mode: each head on the node holding its state (numa_state.c) */
-            if (!epyq_numa_run_heads(m, gdn_task, &j, p->n_groups, Hv))
-                epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
-            st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
-        }
-        free(j.work);
+    /* the job is whole before the first exit: done frees its chunked scratch */
+    gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
+    if (st != EPYQ_OK) goto done;
+    if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
+    const epyq_rlin_out proj[] = {
+        {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
+    epyq_rlin_run_many(m, proj, 4, &act);
+    int32_t max_rows = 0;
+    for (int32_t grp = 0; grp < p->n_groups; grp++) {
+        int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
+        chunked[grp] = m->gdn_chunk_min > 0 && rows >= m->gdn_chunk_min &&
+                       !p->seq[p->grp_tok[p->grp_off[grp]]]->spec_n; /* snapshots need each token */
+        if (chunked[grp] && rows > max_rows) max_rows = rows;
     }
-    if (st == EPYQ_OK) epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
+    /* The chunked form's buffers for every worker, allocated here so that no task can run
+     * out of memory after the conv states moved: a fallback inside the task would give
+     * other bits (the recurrent form is only equal within rounding) and a failure there
+     * would leave some heads advanced and others not. */
+    if (max_rows) {
+        j.work_per = (size_t)max_rows * (2 * (size_t)m->d.Dk + 2 * (size_t)m->d.Dv + 2) +
+                     chunk_ws_floats(m->d.Dk, m->d.Dv);
+        j.work = epyq_model_alloc(j.work_per * (size_t)epyq_numa_workers(m), sizeof(float));
+        if (!j.work) {
+            st =
+                epyq_err_set(err, EPYQ_E_NOMEM,
+                             "DeltaNet: out of memory for the chunked form of %d tokens", max_rows);
+            goto done;
+        }
+    }
+    prep_job pj = {m, ly, p, u, ba, gl, beta};
+    epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
+    /* NUMA mode: each head on the node holding its state (numa_state.c) */
+    if (!epyq_numa_run_heads(m, gdn_task, &j, p->n_groups, Hv))
+        epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+    st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
+    free(j.work), j.work = NULL; /* the scratch goes before the out projection, as it always did */
+    if (st != EPYQ_OK) goto done;
+    epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
+done:
+    free(j.work);
     free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);
     return st;
 }

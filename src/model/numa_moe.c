@@ -152,41 +152,46 @@ static epyq_status place_experts(epyq_model *m, epyq_err *err) {
     n->used = calloc((size_t)G, sizeof *n->used);
     epyq_status st = off && list && count && errs && jobs && n->bufs && n->used
                          ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts: out of memory");
+    if (st != EPYQ_OK) goto done;
     /* offsets inside each group's buffer, and each group's experts as one list (counting sort) */
-    for (size_t id = 0; st == EPYQ_OK && id < ids; id++) {
+    for (size_t id = 0; id < ids; id++) {
         int32_t g = plan->expert_group[id];
         off[id] = n->used[g];
         size_t b = expert_slot_bytes(layer_w(m, (int32_t)(id / (size_t)E)), (int32_t)(id % (size_t)E));
-        if (!epyq_add_size(n->used[g], b, &n->used[g]))
+        if (!epyq_add_size(n->used[g], b, &n->used[g])) {
             st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts of node %d: size overflows", (int)g);
+            goto done;
+        }
         count[g + 1]++;
     }
-    for (int32_t g = 0; st == EPYQ_OK && g < G; g++) count[g + 1] += count[g];
-    for (size_t id = 0; st == EPYQ_OK && id < ids; id++)
+    for (int32_t g = 0; g < G; g++) count[g + 1] += count[g];
+    for (size_t id = 0; id < ids; id++)
         list[count[plan->expert_group[id]]++] = (int32_t)id; /* count[g] becomes the end of g */
-    for (int32_t g = 0; st == EPYQ_OK && g < G; g++) {
+    for (int32_t g = 0; g < G; g++) {
         const epyq_numa_group *gr = &plan->groups[g];
         st = epyq_numa_buf_alloc(&n->bufs[g], n->used[g] ? n->used[g] : 1, plan->bind_memory ? gr->os_index : -1,
                                  err);
-        if (st != EPYQ_OK) epyq_err_prefix(err, "routed experts of node %d (%.2f GiB): ", (int)gr->node,
-                                           (double)n->used[g] / (1 << 30));
+        if (st != EPYQ_OK) {
+            epyq_err_prefix(err, "routed experts of node %d (%.2f GiB): ", (int)gr->node,
+                            (double)n->used[g] / (1 << 30));
+            goto done;
+        }
         int32_t first = g ? count[g - 1] : 0;
-        jobs[g] = (pack_job){m, list + first, off, st == EPYQ_OK ? n->bufs[g].ptr : NULL, errs};
+        jobs[g] = (pack_job){m, list + first, off, n->bufs[g].ptr, errs};
     }
-    if (st == EPYQ_OK) {
-        /* every group packs its own experts on its own workers, all groups at once */
-        epyq_pool **pools = n->setup->rt->pools;
-        for (int32_t g = 1; g < G; g++) pack_start(pools[g], false, &jobs[g], count[g] - count[g - 1]);
-        pack_start(pools[0], true, &jobs[0], count[0]);
-        for (int32_t g = 1; g < G; g++)
-            if (count[g] > count[g - 1]) epyq_pool_wait(pools[g]);
-        for (size_t id = 0; id < ids; id++)
-            if (errs[id].code != EPYQ_OK) { /* the lowest failing expert, whatever the timing */
-                *err = errs[id];
-                st = err->code;
-                break;
-            }
-    }
+    /* every group packs its own experts on its own workers, all groups at once */
+    epyq_pool **pools = n->setup->rt->pools;
+    for (int32_t g = 1; g < G; g++) pack_start(pools[g], false, &jobs[g], count[g] - count[g - 1]);
+    pack_start(pools[0], true, &jobs[0], count[0]);
+    for (int32_t g = 1; g < G; g++)
+        if (count[g] > count[g - 1]) epyq_pool_wait(pools[g]);
+    for (size_t id = 0; id < ids; id++)
+        if (errs[id].code != EPYQ_OK) { /* the lowest failing expert, whatever the timing */
+            *err = errs[id];
+            st = err->code;
+            break;
+        }
+done:
     free(off), free(list), free(count), free(errs), free(jobs);
     return st;
 }
@@ -305,27 +310,24 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
     n->slice = slice;
     epyq_numa_model desc;
     numa_model_desc(m, &desc);
-    epyq_status st = epyq_numa_setup_create(&n->setup, &desc, o, stderr, err);
-    if (st == EPYQ_OK) {
-        n->n_groups = n->setup->plan->n_groups;
-        n->reads = calloc((size_t)n->n_groups, sizeof *n->reads);
-        n->bufs_local = calloc((size_t)n->n_groups, sizeof *n->bufs_local);
-        if (!n->reads || !n->bufs_local)
-            st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
-    }
-    if (st == EPYQ_OK) st = place_experts(m, err);
-    if (st == EPYQ_OK) st = epyq_numa_dense_place(m, err);
-    if (st == EPYQ_OK && m->n_gdn) st = epyq_numa_heads_init(m, err);
-    if (st == EPYQ_OK) {
-        epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
-                              .top_k = m->d.topk,
-                              .n_slices = (m->d.I + slice - 1) / slice,
-                              .width = m->d.H,
-                              .max_unit_tokens = UNIT_TOKENS};
-        st = epyq_moe_dispatch_create(&n->disp, n->setup->rt, &dims, err);
-    }
-    if (st == EPYQ_OK) log_verify(m);
-    return st; /* on failure the caller frees the model, and with it n */
+    /* nothing here owns what it allocates: n hangs on m, which the caller frees on failure */
+    TRY(epyq_numa_setup_create(&n->setup, &desc, o, stderr, err));
+    n->n_groups = n->setup->plan->n_groups;
+    n->reads = calloc((size_t)n->n_groups, sizeof *n->reads);
+    n->bufs_local = calloc((size_t)n->n_groups, sizeof *n->bufs_local);
+    if (!n->reads || !n->bufs_local)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
+    TRY(place_experts(m, err));
+    TRY(epyq_numa_dense_place(m, err));
+    if (m->n_gdn) TRY(epyq_numa_heads_init(m, err));
+    epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
+                          .top_k = m->d.topk,
+                          .n_slices = (m->d.I + slice - 1) / slice,
+                          .width = m->d.H,
+                          .max_unit_tokens = UNIT_TOKENS};
+    TRY(epyq_moe_dispatch_create(&n->disp, n->setup->rt, &dims, err));
+    log_verify(m);
+    return EPYQ_OK;
 }
 
 /* ---- running */

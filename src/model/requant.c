@@ -159,21 +159,22 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
     float *f = malloc((size_t)BLOCK_ROWS * (size_t)k * sizeof(float));
     plane hi = {0}, lo = {0};
     epyq_status st = f ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
-    if (st == EPYQ_OK) st = plane_alloc(&hi, n, k, gs, src->module, err);
-    if (st == EPYQ_OK && kind == EPYQ_REQUANT_INT8) st = plane_alloc(&lo, n, k, gs, src->module, err);
-    for (int32_t r0 = 0; st == EPYQ_OK && r0 < n; r0 += BLOCK_ROWS) {
+    if (st != EPYQ_OK) goto done;
+    if ((st = plane_alloc(&hi, n, k, gs, src->module, err)) != EPYQ_OK) goto done;
+    if (kind == EPYQ_REQUANT_INT8 && (st = plane_alloc(&lo, n, k, gs, src->module, err)) != EPYQ_OK)
+        goto done;
+    for (int32_t r0 = 0; r0 < n; r0 += BLOCK_ROWS) {
         int32_t rows = n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS;
-        st = epyq_rlin_read_rows(src, r0, rows, f, err);
-        for (int32_t r = 0; st == EPYQ_OK && r < rows; r++) {
+        if ((st = epyq_rlin_read_rows(src, r0, rows, f, err)) != EPYQ_OK) goto done;
+        for (int32_t r = 0; r < rows; r++) {
             const float *x = f + (size_t)r * k;
             size_t j = (size_t)(r0 + r);
             for (int32_t i = 0; i < k; i++)
                 if (!isfinite(x[i])) {
                     st = epyq_err_set(err, EPYQ_E_FORMAT, "%s: weight [%zu][%d] is %g: cannot "
                                       "requantise a non-finite weight", src->module, j, i, x[i]);
-                    break;
+                    goto done;
                 }
-            if (st != EPYQ_OK) break;
             if (kind == EPYQ_REQUANT_INT4)
                 row_int4(m->kt, x, k, gs, hi.q + j * k, hi.s + j * G, hi.z + j * G);
             else
@@ -181,10 +182,12 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
                          lo.s + j * G, lo.z + j * G);
         }
     }
+    /* the staging rows go before packing, which allocates the linear's final planes */
+    free(f), f = NULL;
+    if ((st = plane_pack(&dst->w4, &hi, n, k, gs, src->module, err)) != EPYQ_OK) goto done;
+    if (kind == EPYQ_REQUANT_INT8) st = plane_pack(&dst->w4lo, &lo, n, k, gs, src->module, err);
+done:
     free(f);
-    if (st == EPYQ_OK) st = plane_pack(&dst->w4, &hi, n, k, gs, src->module, err);
-    if (st == EPYQ_OK && kind == EPYQ_REQUANT_INT8)
-        st = plane_pack(&dst->w4lo, &lo, n, k, gs, src->module, err);
     plane_free(&hi), plane_free(&lo);
     if (st != EPYQ_OK) epyq_rlin_free(dst);
     return st;

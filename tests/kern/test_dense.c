@@ -527,23 +527,11 @@ END_TEST
 
 static Suite *dense_suite(void) {
     Suite *s = suite_create("kern_dense");
-    TCase *tc = tcase_create("dispatch");
-    tcase_add_test(tc, test_isa_parse);
-    tcase_add_test(tc, test_select_caps);
-    tcase_add_test(tc, test_tables);
-    tcase_add_test(tc, test_env_cap);
-    suite_add_tcase(s, tc);
-    tc = tcase_create("kernels");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_bf16_gemm);
-    tcase_add_test(tc, test_bf16_gemm_f32);
-    tcase_add_test(tc, test_bitwise_slices);
-    tcase_add_test(tc, test_attn);
-    tcase_add_test(tc, test_attn_multi);
-    tcase_add_test(tc, test_attn_peaked);
-    tcase_add_test(tc, test_gdn_step);
-    tcase_add_test(tc, test_stream_read);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "dispatch", 0);
+    EPYQ_TESTS_ADD(tc, test_isa_parse, test_select_caps, test_tables, test_env_cap);
+    tc = epyq_test_case(s, "kernels", 120);
+    EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_slices, test_attn,
+                   test_attn_multi, test_attn_peaked, test_gdn_step, test_stream_read);
     return s;
 }
 

@@ -670,19 +670,10 @@ END_TEST
 
 static Suite *w4_suite(void) {
     Suite *s = suite_create("w4");
-    TCase *tc = tcase_create("core");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_pack_roundtrip);
-    tcase_add_test(tc, test_pack_pinned_words);
-    tcase_add_test(tc, test_pack_refuses);
-    tcase_add_test(tc, test_act_prep);
-    tcase_add_test(tc, test_act_prep_tables);
-    tcase_add_test(tc, test_gemm_shapes);
-    tcase_add_test(tc, test_expert);
-    tcase_add_test(tc, test_expert_phases);
-    tcase_add_test(tc, test_scratch_monotonic);
-    tcase_add_test(tc, test_rows_independent);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "core", 300);
+    EPYQ_TESTS_ADD(tc, test_pack_roundtrip, test_pack_pinned_words, test_pack_refuses,
+                   test_act_prep, test_act_prep_tables, test_gemm_shapes, test_expert,
+                   test_expert_phases, test_scratch_monotonic, test_rows_independent);
     return s;
 }
 

@@ -18,6 +18,7 @@
 #include "synth/synth.h"
 #include "tests/check_main.h"
 #include "tests/testutil.h"
+#include "tests/unit/model_greedy.h"
 
 #define N_PROMPT 6
 #define N_DECODE 3
@@ -68,18 +69,7 @@ static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq,
                       elsewhere);
     }
     int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41};
-    epyq_seq *seqs[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
-    epyq_batch b = {N_PROMPT, seqs, tok, NULL};
-    ck_assert_msg(epyq_model_forward(m, &b, lg, NULL, &err) == EPYQ_OK, "%s", err.msg);
-    for (int d = 0; d < N_DECODE; d++) {
-        const float *prev = lg + (size_t)(N_PROMPT - 1 + d) * V;
-        int32_t t = 0;
-        for (int32_t i = 1; i < V; i++) t = prev[i] > prev[t] ? i : t;
-        epyq_batch b1 = {1, seqs, &t, NULL};
-        ck_assert_msg(epyq_model_forward(m, &b1, lg + (size_t)(N_PROMPT + d) * V, NULL, &err) == EPYQ_OK, "%s",
-                      err.msg);
-    }
+    epyq_test_greedy(m, s, tok, N_PROMPT, N_DECODE, V, lg);
     *groups = epyq_model_numa_groups(m);
     /* the last decode step's routed work reached every logical node (16 experts, top-8) */
     for (int32_t g = 0; numa && g < *groups; g++)
@@ -293,19 +283,10 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("model_numa");
-    TCase *tc = tcase_create("numa");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_split_bit_identical);
-    tcase_add_test(tc, test_dense_modes_bit_identical);
-    tcase_add_test(tc, test_placement_verified);
-    tcase_add_test(tc, test_missing_node_error);
-    tcase_add_test(tc, test_cli_splits);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    TCase *tc = epyq_test_case(s, "numa", 120);
+    EPYQ_TESTS_ADD(tc, test_split_bit_identical, test_dense_modes_bit_identical,
+                   test_placement_verified, test_missing_node_error, test_cli_splits);
+    int failed = epyq_test_failures(s, true);
     free(model_dir);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -13,7 +13,9 @@
 
 #include "model/model.h"
 #include "model/numa_moe.h"
+#include "tests/check_main.h"
 #include "tests/testutil.h"
+#include "tests/unit/model_greedy.h"
 
 #define N_PROMPT 5
 #define N_DECODE 3
@@ -40,19 +42,7 @@ static float *run(const char *dir, const epyq_numa_opts *numa, int32_t *vocab) {
     epyq_seq *s = NULL;
     ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
     int32_t tok[N_PROMPT] = {9, 321, 77, 500, 18};
-    epyq_seq *seqs[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
-    epyq_batch b = {N_PROMPT, seqs, tok, NULL};
-    ck_assert_msg(epyq_model_forward(m, &b, lg, NULL, &err) == EPYQ_OK, "%s", err.msg);
-    for (int d = 0; d < N_DECODE; d++) {
-        const float *prev = lg + (size_t)(N_PROMPT - 1 + d) * V;
-        int32_t t = 0;
-        for (int32_t i = 1; i < V; i++) t = prev[i] > prev[t] ? i : t;
-        epyq_batch b1 = {1, seqs, &t, NULL};
-        ck_assert_msg(epyq_model_forward(m, &b1, lg + (size_t)(N_PROMPT + d) * V, NULL, &err) ==
-                          EPYQ_OK,
-                      "%s", err.msg);
-    }
+    epyq_test_greedy(m, s, tok, N_PROMPT, N_DECODE, V, lg);
     if (numa) {
         size_t pages = 0, elsewhere = 0;
         ck_assert_msg(epyq_model_numa_verify(m, &pages, &elsewhere, &err) == EPYQ_OK, "%s",
@@ -114,14 +104,7 @@ int main(void) {
         return 77;
     }
     Suite *s = suite_create("model_numa_fixtures");
-    TCase *tc = tcase_create("fixtures");
-    tcase_set_timeout(tc, 300);
+    TCase *tc = epyq_test_case(s, "fixtures", 300);
     tcase_add_loop_test(tc, test_fixture_modes, 0, nf);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return epyq_test_failures(s, true) ? 1 : 0;
 }

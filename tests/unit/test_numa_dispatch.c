@@ -281,13 +281,9 @@ END_TEST
 
 static Suite *dispatch_suite(void) {
     Suite *s = suite_create("numa_dispatch");
-    TCase *tc = tcase_create("dispatch");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_bit_identical_across_splits);
-    tcase_add_test(tc, test_many_decode_steps);
-    tcase_add_test(tc, test_bad_router_output);
-    tcase_add_test(tc, test_idle_runtime_has_no_spinning_threads);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "dispatch", 120);
+    EPYQ_TESTS_ADD(tc, test_bit_identical_across_splits, test_many_decode_steps,
+                   test_bad_router_output, test_idle_runtime_has_no_spinning_threads);
     return s;
 }
 

@@ -282,17 +282,10 @@ END_TEST
 
 static Suite *place_suite(void) {
     Suite *s = suite_create("numa_place");
-    TCase *tc = tcase_create("place");
-    tcase_set_timeout(tc, 60);
-    tcase_add_test(tc, test_bound_fill_and_verify);
-    tcase_add_test(tc, test_interleaved_and_unbound);
-    tcase_add_test(tc, test_fill_reports_first_failure);
-    tcase_add_test(tc, test_bind_range);
-    tcase_add_test(tc, test_bad_nodes);
-    tcase_add_test(tc, test_sys_check);
-    tcase_add_test(tc, test_rt_pools_from_plans);
-    tcase_add_test(tc, test_setup_in_one_call);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "place", 60);
+    EPYQ_TESTS_ADD(tc, test_bound_fill_and_verify, test_interleaved_and_unbound,
+                   test_fill_reports_first_failure, test_bind_range, test_bad_nodes, test_sys_check,
+                   test_rt_pools_from_plans, test_setup_in_one_call);
     return s;
 }
 

@@ -404,19 +404,11 @@ END_TEST
 
 static Suite *pool_suite(void) {
     Suite *s = suite_create("numa_pool");
-    TCase *tc = tcase_create("pool");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, test_exactly_once_sizes);
-    tcase_add_test(tc, test_default_size_is_allowed_cpus);
-    tcase_add_test(tc, test_back_to_back_runs);
-    tcase_add_test(tc, test_create_free_loop);
-    tcase_add_test(tc, test_outputs_deterministic);
-    tcase_add_test(tc, test_nested_run_is_inline);
-    tcase_add_test(tc, test_detached_overlaps_driver_pool);
-    tcase_add_test(tc, test_pinning_and_names);
-    tcase_add_test(tc, test_impossible_requests);
-    tcase_add_test(tc, test_idle_pool_sleeps);
-    suite_add_tcase(s, tc);
+    TCase *tc = epyq_test_case(s, "pool", 120);
+    EPYQ_TESTS_ADD(tc, test_exactly_once_sizes, test_default_size_is_allowed_cpus,
+                   test_back_to_back_runs, test_create_free_loop, test_outputs_deterministic,
+                   test_nested_run_is_inline, test_detached_overlaps_driver_pool,
+                   test_pinning_and_names, test_impossible_requests, test_idle_pool_sleeps);
     return s;
 }
 

@@ -21,6 +21,7 @@
 #include "core/util.h"
 #include "engine/session.h"
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/synth_model.h"
 
 #define P 41 /* prefix */
@@ -270,17 +271,9 @@ int main(void) {
     if (!g_dir || !g_dir2 || !t) return 1;
     snprintf(g_path, sizeof g_path, "%s/chat.session", t);
     Suite *s = suite_create("session");
-    TCase *tc = tcase_create("session");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, test_roundtrip_exact);
-    tcase_add_test(tc, test_refusals);
-    tcase_add_test(tc, test_identity);
-    tcase_add_test(tc, test_no_temp_left);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    TCase *tc = epyq_test_case(s, "session", 300);
+    EPYQ_TESTS_ADD(tc, test_roundtrip_exact, test_refusals, test_identity, test_no_temp_left);
+    int failed = epyq_test_failures(s, false);
     free(t);
     return failed ? 1 : 0;
 }

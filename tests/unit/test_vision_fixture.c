@@ -13,6 +13,7 @@
 
 #include "core/util.h"
 #include "ref/ref_vision.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 #include "vision/image.h"
@@ -213,19 +214,8 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "%s", p);
     snprintf(g_exp, sizeof g_exp, "%s/expected", g_dir);
     Suite *s = suite_create("vision_fixture");
-    TCase *tc = tcase_create("all");
-    tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, pixel_values);
-    tcase_add_test(tc, resize_golden);
-    tcase_add_test(tc, embeds_ref);
-    tcase_add_test(tc, embeds_bf16);
-    tcase_add_test(tc, embeds_bf16_kernels);
-    tcase_add_test(tc, embeds_exact);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "all", 120);
+    EPYQ_TESTS_ADD(tc, pixel_values, resize_golden, embeds_ref, embeds_bf16, embeds_bf16_kernels,
+                   embeds_exact);
+    return epyq_test_failures(s, true) ? 1 : 0;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/check_main.h"
 #include "tests/files/img_enc.h"
 #include "vision/image.h"
 #include "vision/preproc.h"
@@ -270,19 +271,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("vision_image");
-    TCase *tc = tcase_create("all");
-    tcase_add_test(tc, png_variants);
-    tcase_add_test(tc, jpeg_decodes);
-    tcase_add_test(tc, smart_resize_cases);
-    tcase_add_test(tc, patch_order);
-    tcase_add_test(tc, bad_images);
-    tcase_add_test(tc, pp_config);
-    tcase_add_test(tc, vision_config_rules);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "all", 0);
+    EPYQ_TESTS_ADD(tc, png_variants, jpeg_decodes, smart_resize_cases, patch_order, bad_images,
+                   pp_config, vision_config_rules);
+    return epyq_test_failures(s, true) ? 1 : 0;
 }

@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "load/json.h"
 #include "model/model.h"
+#include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 #include "vision/image.h"
@@ -292,18 +293,8 @@ int main(void) {
     }
     snprintf(g_dir, sizeof g_dir, "%s", p);
     Suite *s = suite_create("vision_lm");
-    TCase *tc = tcase_create("all");
-    tcase_set_timeout(tc, 300);
-    tcase_add_test(tc, positions_fixture);
-    tcase_add_test(tc, positions_two_images);
-    tcase_add_test(tc, logits_a16);
-    tcase_add_test(tc, logits_a8);
-    tcase_add_test(tc, two_images_batching);
-    suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    TCase *tc = epyq_test_case(s, "all", 300);
+    EPYQ_TESTS_ADD(tc, positions_fixture, positions_two_images, logits_a16, logits_a8,
+                   two_images_batching);
+    return epyq_test_failures(s, true) ? 1 : 0;
 }
