@@ -40,7 +40,8 @@ static void on_event(void *ctx, const epyq_engine_event *ev) {
     if (!ev->prompt && ev->tok >= 0 && r->n_tok < 64) r->toks[r->n_tok++] = ev->tok;
 }
 
-static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u, const epyq_err *err) {
+static void on_done(void *ctx, epyq_engine_finish f, const epyq_engine_usage *u,
+                    const epyq_err *err) {
     rec *r = ctx;
     (void)f, (void)err;
     r->usage = *u, r->n_done++;
@@ -54,7 +55,8 @@ static epyq_engine_params greedy(int32_t n) {
 
 static epyq_engine_img img_of(const epyq_vision_prompt *vp) {
     const epyq_vision_config *vc = epyq_vision_cfg(g_v);
-    return (epyq_engine_img){vc->image_token_id, vp->image_tokens, vc->out_hidden, vp->rows, vp->pos};
+    return (epyq_engine_img){vc->image_token_id, vp->image_tokens, vc->out_hidden, vp->rows,
+                             vp->pos};
 }
 
 static int32_t argmax(const float *row, int32_t V) {
@@ -82,7 +84,8 @@ static void add(epyq_engine *e, const int32_t *ids, size_t n, const epyq_engine_
     epyq_err err = {0};
     const epyq_engine_params p = greedy(NGEN);
     const epyq_engine_cb cb = {on_event, on_done, r};
-    ck_assert_msg(epyq_engine_add_img(e, ids, n, img, &p, &cb, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_engine_add_img(e, ids, n, img, &p, &cb, NULL, &err) == EPYQ_OK, "%s",
+                  err.msg);
 }
 
 static void run_all(epyq_engine *e) {
@@ -172,13 +175,16 @@ START_TEST(test_refusals) {
     const epyq_engine_cb cb = {on_event, on_done, &r};
     epyq_engine_img im = img_of(&g_vp);
     im.n_rows--;
-    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err), EPYQ_E_ARG);
+    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err),
+                     EPYQ_E_ARG);
     ck_assert_msg(strstr(err.msg, "image pads") != NULL, "%s", err.msg);
     im = img_of(&g_vp), im.hidden++;
-    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err), EPYQ_E_ARG);
+    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err),
+                     EPYQ_E_ARG);
     ck_assert_msg(strstr(err.msg, "hidden size") != NULL, "%s", err.msg);
     im = img_of(&g_vp), im.pos = NULL;
-    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err), EPYQ_E_ARG);
+    ck_assert_int_eq(epyq_engine_add_img(e, g_vp.ids, (size_t)g_vp.n, &im, &p, &cb, NULL, &err),
+                     EPYQ_E_ARG);
     ck_assert_int_eq(epyq_engine_active(e), 0);
     epyq_engine_free(e);
     /* a checkpoint written without its tower */
@@ -203,11 +209,13 @@ END_TEST
 static int setup(void) {
     epyq_err err = {0};
     const epyq_vision_opts vo = {.n_threads = 1, .no_dnnl = true};
-    if (epyq_vision_load(&g_v, g_dir, &vo, &err) != EPYQ_OK) return fprintf(stderr, "%s\n", err.msg), 1;
+    if (epyq_vision_load(&g_v, g_dir, &vo, &err) != EPYQ_OK)
+        return fprintf(stderr, "%s\n", err.msg), 1;
     const epyq_vision_config *vc = epyq_vision_cfg(g_v);
     epyq_image im = {40, 24, malloc(40 * 24 * 3)};
     for (int i = 0; i < 40 * 24 * 3; i++) im.rgb[i] = (uint8_t)(i * 7 % 251);
-    int32_t ids[] = {101, 102, 103, vc->vision_start_id, vc->image_token_id, vc->vision_end_id, 104, 105};
+    int32_t ids[] = {101, 102, 103, vc->vision_start_id, vc->image_token_id, vc->vision_end_id,
+                     104, 105};
     epyq_status st = epyq_vision_prompt_build(&g_vp, g_v, &im, NULL, 1, ids, 8, &err);
     epyq_image_free(&im);
     if (st != EPYQ_OK) return fprintf(stderr, "%s\n", err.msg), 1;
