@@ -44,15 +44,17 @@ epyq_status epyq_media_base64(const char *s, size_t len, uint8_t **out, size_t *
 }
 
 /* One URL into an image. */
-static epyq_status load_url(epyq_image *im, const char *url, const char *allowed_dir, epyq_err *err) {
+static epyq_status load_url(epyq_image *im, const char *url, const char *allowed_dir,
+                            epyq_err *err) {
     if (!strncmp(url, "data:", 5)) {
         const char *comma = strchr(url, ',');
         if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 ||
             strncmp(comma - 7, ";base64", 7) != 0)
-            return epyq_err_set(err, EPYQ_E_ARG,
-                                "expected a data:image/png;base64,... or data:image/jpeg;base64,... "
-                                "URL, found '%.40s'",
-                                url);
+            return epyq_err_set(
+                err, EPYQ_E_ARG,
+                "expected a data:image/png;base64,... or data:image/jpeg;base64,... "
+                "URL, found '%.40s'",
+                url);
         uint8_t *bytes = NULL;
         size_t n = 0;
         epyq_status st = epyq_media_base64(comma + 1, strlen(comma + 1), &bytes, &n, err);
@@ -72,12 +74,14 @@ static epyq_status load_url(epyq_image *im, const char *url, const char *allowed
                             url);
     char dir[PATH_MAX], real[PATH_MAX];
     if (!realpath(allowed_dir, dir))
-        return epyq_err_set(err, EPYQ_E_IO, "--allowed-media-dir %s cannot be resolved", allowed_dir);
+        return epyq_err_set(err, EPYQ_E_IO, "--allowed-media-dir %s cannot be resolved",
+                            allowed_dir);
     if (!realpath(path, real))
         return epyq_err_set(err, EPYQ_E_ARG, "image file '%.200s' does not exist", path);
     size_t dl = strlen(dir);
     if (strncmp(real, dir, dl) != 0 || (real[dl] != '/' && !(dl == 1 && dir[0] == '/')))
-        return epyq_err_set(err, EPYQ_E_ARG, "image file '%.200s' is outside --allowed-media-dir", path);
+        return epyq_err_set(err, EPYQ_E_ARG, "image file '%.200s' is outside --allowed-media-dir",
+                            path);
     return epyq_image_load(im, real, err);
 }
 
@@ -109,7 +113,8 @@ epyq_status epyq_media_collect(epyq_media *md, const cJSON *messages, const char
                 goto done;
             }
             if (md->n_img == EPYQ_MEDIA_MAX_IMAGES) {
-                st = epyq_err_set(err, EPYQ_E_ARG, "at most %d images per request", EPYQ_MEDIA_MAX_IMAGES);
+                st = epyq_err_set(err, EPYQ_E_ARG, "at most %d images per request",
+                                  EPYQ_MEDIA_MAX_IMAGES);
                 goto done;
             }
             if (!md->imgs && !(md->imgs = calloc(EPYQ_MEDIA_MAX_IMAGES, sizeof *md->imgs))) {
@@ -117,7 +122,8 @@ epyq_status epyq_media_collect(epyq_media *md, const cJSON *messages, const char
                 goto done;
             }
             epyq_err e2 = {0};
-            if ((st = load_url(&md->imgs[md->n_img], u->valuestring, allowed_dir, &e2)) != EPYQ_OK) {
+            if ((st = load_url(&md->imgs[md->n_img], u->valuestring, allowed_dir, &e2)) !=
+                EPYQ_OK) {
                 epyq_err_set(err, st, "'%s': %s", md->param, e2.msg);
                 for (char *q = err->msg; *q; q++)
                     if (*q == '\n' || *q == '\r') *q = ' '; /* one line, whatever the URL holds */
@@ -158,7 +164,8 @@ done:
 epyq_status epyq_media_prompt(epyq_vision *v, const epyq_media *md, int32_t **ids, size_t *n,
                               epyq_vision_prompt *vp, epyq_engine_img *ei, epyq_err *err) {
     if (*n > INT32_MAX) return epyq_err_set(err, EPYQ_E_ARG, "the prompt has %zu tokens", *n);
-    epyq_status st = epyq_vision_prompt_build(vp, v, md->imgs, NULL, md->n_img, *ids, (int32_t)*n, err);
+    epyq_status st =
+        epyq_vision_prompt_build(vp, v, md->imgs, NULL, md->n_img, *ids, (int32_t)*n, err);
     if (st != EPYQ_OK) return st;
     int32_t *x = malloc((size_t)vp->n * sizeof *x);
     if (!x) {
@@ -169,7 +176,8 @@ epyq_status epyq_media_prompt(epyq_vision *v, const epyq_media *md, int32_t **id
     free(*ids);
     *ids = x, *n = (size_t)vp->n;
     const epyq_vision_config *vc = epyq_vision_cfg(v);
-    *ei = (epyq_engine_img){vc->image_token_id, vp->image_tokens, vc->out_hidden, vp->rows, vp->pos};
+    *ei =
+        (epyq_engine_img){vc->image_token_id, vp->image_tokens, vc->out_hidden, vp->rows, vp->pos};
     return EPYQ_OK;
 }
 
@@ -187,6 +195,7 @@ epyq_status epyq_media_tower(const char *dir, int32_t n_threads, epyq_vision **o
     const epyq_vision_opts vo = {.n_threads = n_threads};
     if (st == EPYQ_OK) st = epyq_vision_load(out, dir, &vo, &e2);
     if (st == EPYQ_E_NOMEM) return epyq_err_set(err, st, "%s", e2.msg);
-    if (st != EPYQ_OK) snprintf(why, why_len, "this checkpoint has no usable vision tower: %s", e2.msg);
+    if (st != EPYQ_OK)
+        snprintf(why, why_len, "this checkpoint has no usable vision tower: %s", e2.msg);
     return EPYQ_OK;
 }
