@@ -10,6 +10,14 @@
 #include "engine/prefix.h"
 #include "tok/sbuf.h"
 #include "tools/gen.h"
+#include "vision/vision.h"
+
+/* One image of the conversation (/image FILE), encoded once when attached. */
+typedef struct {
+    float *rows;     /* [tokens][out_hidden] the tower's output */
+    int32_t tokens;  /* its <|image_pad|> run */
+    int32_t grid[2]; /* patch grid gh, gw */
+} chat_img;
 
 typedef struct {
     epyq_chat *tmpl;
@@ -33,6 +41,17 @@ typedef struct {
     int32_t last_cached;
     double last_ttft, last_restore_s;
     uint64_t total_cached, total_computed;
+    /* images (tools/chat_image.c): the tower, loaded at the first /image from dir; every image
+     * of the conversation in the order of its pads, the last n_pending of them waiting for
+     * the next user message; the current prompt's rows and M-RoPE positions for gen.img */
+    const char *dir;
+    int32_t threads;
+    epyq_vision *vision;
+    chat_img *imgs;
+    int32_t n_imgs, n_pending;
+    const float **img_embd; /* [prompt tokens] */
+    int32_t *img_pos;       /* [prompt tokens][3] */
+    epyq_batch_img bimg;
     /* streaming state of the current answer */
     epyq_reasoning *rp;
     epyq_sbuf reasoning, content;
@@ -47,6 +66,16 @@ epyq_status chat_render(const repl *r, const cJSON *msgs, bool gen_prompt, char 
  * or a cached copy — and set the checkpoints this prompt's prefill copies (where the next
  * turn's prompt can part from this one). Returns the position the prefill starts from. */
 size_t chat_prepare(repl *r, const int32_t *ids, size_t n_ids);
+/* /image FILE: decode and encode FILE now, for the next user message. */
+epyq_status chat_image_add(repl *r, const char *path, epyq_err *err);
+/* The user message msg (string content) gets the pending images as content parts before its
+ * text; returns how many. */
+int32_t chat_image_attach(repl *r, cJSON *msg);
+/* Forget the last n images (a turn that got no answer), or all of them (n < 0). */
+void chat_image_drop(repl *r, int32_t n);
+/* With images in the conversation: *ids [*n] (one pad per image, as rendered) expanded to the
+ * images' runs and gen.img set to their rows and positions; without, gen.img = NULL. */
+epyq_status chat_image_prompt(repl *r, int32_t **ids, size_t *n, epyq_err *err);
 /* Session files (src/engine/session.h). Save first brings the sequence to the end of the
  * rendered history that every next prompt starts with, so a loaded session continues by
  * computing only the next message. Load replaces the conversation and the state, or changes

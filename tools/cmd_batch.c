@@ -35,13 +35,14 @@
 #include "tools/batch_req.h"
 #include "tools/cmd.h"
 #include "tools/gen.h"
+#include "tools/media.h"
 #include "tools/tool_model.h"
 
 static volatile sig_atomic_t g_stop; /* signal number that asked us to stop */
 static void on_signal(int sig) { g_stop = sig; }
 
 typedef struct {
-    const char *dir, *synthetic, *in, *out;
+    const char *dir, *synthetic, *in, *out, *media_dir;
     int max_batch, ctx, threads, chunk;
     int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
     bool resume, ctx_set;
@@ -77,7 +78,11 @@ struct batch {
     epyq_engine *eng;
     epyq_tok *tok;
     epyq_chat *chat;        /* NULL if the checkpoint has no template */
-    epyq_batch_mpi *mp;     /* NULL: one process */
+    const char *dir;        /* the checkpoint folder */
+    epyq_vision *vision;    /* loaded at the first image request (tools/media.h); NULL: none */
+    bool vision_tried;
+    char no_vision[EPYQ_ERR_MSG_MAX + 64]; /* why image parts are refused */
+    epyq_batch_mpi *mp;                    /* NULL: one process */
     const epyq_config *cfg;
     char model_name[128];
     char lead_model[128]; /* MPI worker: the lead's model_name ("" with --synthetic) */
@@ -111,6 +116,7 @@ static void usage(FILE *f) {
         "  --cache-mb N          prompt prefix cache: state copies kept, MB (default 1024, 0 = off)\n"
         "  --cache-every N       copy the prompt state every N tokens and at its end (default 256)\n"
         "  --resume              skip custom_ids already in the output, append the rest\n"
+        "  --allowed-media-dir DIR  image_url parts may name local files under DIR (realpath)\n"
         "  -t, --threads N       threads (default: all allowed CPUs)\n"
         "  --path a16|a8         int4 expert kernels' numeric path (default a8)\n"
         "%s%s"
@@ -133,9 +139,11 @@ static int parse(int argc, char **argv, opts *o) {
         OPT_PATH,
         OPT_CHUNK,
         OPT_CACHE_MB,
-        OPT_CACHE_EVERY
+        OPT_CACHE_EVERY,
+        OPT_MEDIA
     };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
+                                       {"allowed-media-dir", required_argument, 0, OPT_MEDIA},
                                        {"synthetic", required_argument, 0, OPT_SYN},
                                        {"input", required_argument, 0, 'i'},
                                        {"output", required_argument, 0, 'o'},
@@ -174,6 +182,7 @@ static int parse(int argc, char **argv, opts *o) {
         case 'i': o->in = optarg; break;
         case 'o': o->out = optarg; break;
         case OPT_RESUME: o->resume = true; break;
+        case OPT_MEDIA: o->media_dir = optarg; break;
         case OPT_MAXB: case 'c': case 't': case OPT_CHUNK: {
             long v;
             if (epyq_tool_opt_long("epyq batch", optarg, c == 't' ? 0 : 1, 1 << 24, &v)) return 2;
@@ -353,14 +362,32 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
     epyq_err e = {0};
     epyq_status st;
     size_t len;
+    epyq_media md = {0};
     if (j->req.chat) {
         if (!b->chat) {
             job_finish_error(b, j, "invalid_request", "this checkpoint has no chat template: use /v1/completions");
             return EPYQ_OK;
         }
-        st = epyq_chat_render(b->chat, j->req.messages, j->req.kwargs, &j->prompt_text, &len, &e);
+        if ((st = epyq_media_collect(&md, j->req.messages, b->o->media_dir, &e)) == EPYQ_OK &&
+            md.n_img && !b->vision_tried) { /* the tower, once, when the first image arrives */
+            b->vision_tried = true;
+            st = epyq_media_tower(b->dir, b->o->threads, &b->vision, b->no_vision,
+                                  sizeof b->no_vision, err);
+            if (st != EPYQ_OK) return epyq_media_free(&md), st;
+        }
+        if (st == EPYQ_OK && md.n_img && !b->vision)
+            st = epyq_err_set(&e, EPYQ_E_ARG, "'%s': %s", md.first, b->no_vision);
+        bool bad_img = st != EPYQ_OK;
+        if (st == EPYQ_E_NOMEM) {
+            epyq_media_free(&md);
+            return epyq_err_set(err, st, "%s", e.msg);
+        }
+        if (st == EPYQ_OK)
+            st = epyq_chat_render(b->chat, md.messages ? md.messages : j->req.messages,
+                                  j->req.kwargs, &j->prompt_text, &len, &e);
         if (st != EPYQ_OK) {
-            job_finish_error(b, j, "invalid_request", e.msg);
+            job_finish_error(b, j, bad_img ? "invalid_image" : "invalid_request", e.msg);
+            epyq_media_free(&md);
             return EPYQ_OK;
         }
     } else {
@@ -368,7 +395,12 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
         if (!j->prompt_text) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     }
     int32_t *ids = NULL;
+    epyq_vision_prompt vp = {0};
+    epyq_engine_img ei = {0};
     st = epyq_tok_encode(b->tok, j->prompt_text, strlen(j->prompt_text), &ids, &j->n_ids, &e);
+    if (st == EPYQ_OK && md.n_img)
+        st = epyq_media_prompt(b->vision, &md, &ids, &j->n_ids, &vp, &ei, &e);
+    epyq_media_free(&md);
     if (st != EPYQ_OK || j->n_ids == 0) {
         free(ids);
         job_finish_error(b, j, "invalid_request", st != EPYQ_OK ? e.msg : "the prompt is empty");
@@ -378,7 +410,7 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
         char m[160];
         snprintf(m, sizeof m, "the prompt has %zu tokens; the context limit is %d (-c), leaving no room to generate",
                  j->n_ids, b->ctx_limit);
-        free(ids);
+        free(ids), epyq_vision_prompt_free(&vp);
         job_finish_error(b, j, "context_length_exceeded", m);
         return EPYQ_OK;
     }
@@ -388,8 +420,8 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
     epyq_sample_overrides_apply(&so, b->cfg, &p.sp);
     const epyq_engine_cb cb = {on_event, on_done, j};
     j->state = JOB_RUNNING;
-    st = epyq_engine_add(b->eng, ids, j->n_ids, &p, &cb, NULL, err);
-    free(ids);
+    st = epyq_engine_add_img(b->eng, ids, j->n_ids, vp.n ? &ei : NULL, &p, &cb, NULL, err);
+    free(ids), epyq_vision_prompt_free(&vp); /* the engine has its copy */
     return st;
 }
 
@@ -662,6 +694,7 @@ int epyq_cmd_batch(int argc, char **argv) {
     if (st == EPYQ_OK && st_own != EPYQ_OK) st = st_own, err = err_own;
     if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&b.tok, dir, &err);
+    b.dir = dir;
     if (st == EPYQ_OK) {
         epyq_err e2;
         if (epyq_chat_load(&b.chat, dir, &e2) != EPYQ_OK) b.chat = NULL; /* chat lines will say so */
@@ -739,6 +772,7 @@ int epyq_cmd_batch(int argc, char **argv) {
     free(b.jobs);
     cJSON_Delete(done_ids);
     epyq_chat_free(b.chat);
+    epyq_vision_free(b.vision);
     epyq_tok_free(b.tok);
     epyq_model_free(b.m);
     free(dir);

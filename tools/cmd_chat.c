@@ -85,6 +85,7 @@ static const char help_text[] =
     "  /system TEXT     set the system prompt (empty TEXT removes it)\n"
     "  /think on|off    let the model reason before answering\n"
     "  /read FILE       put FILE's text before your next message\n"
+    "  /image FILE      attach a PNG or JPEG to your next message (repeatable)\n"
     "  /save FILE       write the conversation and its state (FILE.json: the conversation\n"
     "                   only, as JSON)\n"
     "  /load FILE       replace the conversation (and state) with a saved one\n"
@@ -277,6 +278,7 @@ static epyq_status answer(repl *r, epyq_err *err) {
     size_t n_ids = 0;
     double t0 = epyq_now();
     epyq_status st = chat_render(r, r->msgs, true, &prompt, &ids, &n_ids, err);
+    if (st == EPYQ_OK) st = chat_image_prompt(r, &ids, &n_ids, err); /* pads expanded, gen.img */
     int32_t ctx = epyq_seq_ctx(r->gen.seq);
     if (st == EPYQ_OK && (int64_t)n_ids >= ctx)
         st = epyq_err_set(err, EPYQ_E_CTX_FULL,
@@ -393,6 +395,7 @@ static epyq_status save_conv(repl *r, const char *path, epyq_err *err) {
 
 /* A session file (by its magic) or a JSON conversation. */
 static epyq_status load_conv(repl *r, const char *path, epyq_err *err) {
+    chat_image_drop(r, -1); /* saved conversations carry no images */
     if (epyq_session_sniff(path)) return chat_session_load(r, path, err);
     char *text = NULL;
     size_t len = 0;
@@ -450,6 +453,7 @@ static bool command(repl *r, char *line) {
     else if (!strcmp(line, "/clear")) {
         forget_turns(r);
         free(r->pending), r->pending = NULL;
+        chat_image_drop(r, -1);
         epyq_seq_reset(r->gen.seq);
         r->n_held = 0;
         printf("[ conversation cleared ]\n");
@@ -466,6 +470,8 @@ static bool command(repl *r, char *line) {
         if (!strcmp(arg, "on") || !strcmp(arg, "off")) r->think = !strcmp(arg, "on");
         else if (*arg) printf("[ /think on|off ]\n");
         printf("[ thinking %s ]\n", r->think ? "on" : "off");
+    } else if (!strcmp(line, "/image") && *arg) {
+        st = chat_image_add(r, arg, &err);
     } else if (!strcmp(line, "/read") && *arg) {
         char *text = NULL;
         st = epyq_file_read(arg, (size_t)16 << 20, &text, NULL, &err);
@@ -488,7 +494,8 @@ static bool command(repl *r, char *line) {
     } else if (!strcmp(line, "/load") && *arg) {
         st = load_conv(r, arg, &err);
         if (st == EPYQ_OK) printf("[ loaded %d messages ]\n", cJSON_GetArraySize(r->msgs));
-    } else if (!strcmp(line, "/stats")) print_stats(r);
+    } else if (!strcmp(line, "/stats"))
+        print_stats(r);
     else printf("[ unknown command %s (or missing argument); /help lists them ]\n", line);
     if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
     fflush(stdout);
@@ -552,9 +559,12 @@ static int loop(repl *r, const char *hist) {
                 add_msg(r->msgs, "user", msg, NULL);
                 if (msg != s) free(msg);
                 free(r->pending), r->pending = NULL;
+                int32_t k = chat_image_attach(
+                    r, cJSON_GetArrayItem(r->msgs, cJSON_GetArraySize(r->msgs) - 1));
                 epyq_status st = answer(r, &err);
                 if (st != EPYQ_OK) {
                     fprintf(stderr, "epyq: %s\n", err.msg);
+                    chat_image_drop(r, k); /* its images go with it */
                     /* keep user/assistant alternating: forget the turn that got no answer */
                     cJSON_DeleteItemFromArray(r->msgs, cJSON_GetArraySize(r->msgs) - 1);
                     if (!r->tty_in) rc = 1;
@@ -607,6 +617,7 @@ int epyq_cmd_chat(int argc, char **argv) {
                               dir);
         r.gen.spec_k = o.spec.on ? o.spec.draft : 0;
         r.model_id = epyq_model_identity(m);
+        r.dir = dir, r.threads = o.threads;
         r.kv = o.rt.kv;
         r.session = o.session;
         r.gen.cache_every = o.cache_every;
@@ -637,6 +648,9 @@ int epyq_cmd_chat(int argc, char **argv) {
         fprintf(stderr, "epyq: %s\n", err.msg);
         rc = 1;
     }
+    chat_image_drop(&r, -1);
+    free(r.imgs);
+    epyq_vision_free(r.vision);
     epyq_gen_free(&r.gen);
     epyq_prefix_free(r.cache);
     epyq_model_free(m);

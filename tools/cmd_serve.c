@@ -22,11 +22,12 @@
 #include "numa/plan.h"
 #include "tok/tokenizer.h"
 #include "tools/cmd.h"
+#include "tools/media.h"
 #include "tools/serve_http.h"
 #include "tools/tool_model.h"
 
 typedef struct {
-    const char *dir, *synthetic, *host, *api_key, *name;
+    const char *dir, *synthetic, *host, *api_key, *name, *media_dir;
     int port, ctx, threads, parallel, max_queue, chunk, max_conn;
     int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
     long max_body;
@@ -67,6 +68,7 @@ static void usage(FILE *f) {
         "  --max-conn N             simultaneous connections (default 256)\n"
         "  --grace SECONDS          on SIGTERM, time in-flight requests get to finish (default 30)\n"
         "  --no-log-requests        no JSON line on stderr per generation request\n"
+        "  --allowed-media-dir DIR  image_url parts may name local files under DIR (realpath)\n"
         "  -h, --help               this text\n"
         "\n"
         "Exit status: 0 after SIGTERM/SIGINT (in-flight requests finished or cancelled), 1 fatal\n"
@@ -90,7 +92,8 @@ static int parse(int argc, char **argv, opts *o) {
         O_GRACE,
         O_QUIET,
         O_CACHE_MB,
-        O_CACHE_EVERY
+        O_CACHE_EVERY,
+        O_MEDIA
     };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
@@ -110,6 +113,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"no-log-requests", no_argument, 0, O_QUIET},
                                        {"cache-mb", required_argument, 0, O_CACHE_MB},
                                        {"cache-every", required_argument, 0, O_CACHE_EVERY},
+                                       {"allowed-media-dir", required_argument, 0, O_MEDIA},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_RT_LONGOPTS,
                                        EPYQ_TOOL_SPEC_LONGOPTS,
@@ -157,6 +161,7 @@ static int parse(int argc, char **argv, opts *o) {
         case O_PATH:
             if (epyq_tool_opt_path("epyq serve", optarg, &o->path)) return 2;
             break;
+        case O_MEDIA: o->media_dir = optarg; break;
         case 'h': usage(stdout); return 0;
         default: {
             int r = epyq_tool_rt_opt(&o->rt, "epyq serve", c, optarg);
@@ -226,6 +231,9 @@ int epyq_cmd_serve(int argc, char **argv) {
         st = epyq_engine_create(&eng, m, tok, &eo, &err);
     }
     if (st == EPYQ_OK) st = epyq_runner_create(&run, eng, o.max_queue, &err);
+    epyq_vision *vis = NULL;
+    char no_vis[EPYQ_ERR_MSG_MAX + 64] = "";
+    if (st == EPYQ_OK) st = epyq_media_tower(dir, o.threads, &vis, no_vis, sizeof no_vis, &err);
     if (st == EPYQ_OK) {
         if (o.name) {
             snprintf(name, sizeof name, "%s", o.name);
@@ -236,9 +244,17 @@ int epyq_cmd_serve(int argc, char **argv) {
             while (b > 0 && dir[b - 1] != '/') b--;
             snprintf(name, sizeof name, "%.*s", (int)(n - b), dir + b);
         }
-        const epyq_serve_cfg sc = {.host = o.host, .port = o.port, .api_key = o.api_key, .model_name = name,
-                                   .max_body = (size_t)o.max_body, .ctx_limit = ctx, .max_conn = o.max_conn,
-                                   .log_requests = !o.quiet};
+        const epyq_serve_cfg sc = {.host = o.host,
+                                   .port = o.port,
+                                   .api_key = o.api_key,
+                                   .model_name = name,
+                                   .max_body = (size_t)o.max_body,
+                                   .ctx_limit = ctx,
+                                   .max_conn = o.max_conn,
+                                   .log_requests = !o.quiet,
+                                   .vision = vis,
+                                   .no_vision = no_vis,
+                                   .media_dir = o.media_dir};
         st = epyq_server_start(&srv, &sc, run, tok, chat, epyq_model_config(m), &err);
     }
     if (st == EPYQ_OK) {
@@ -257,6 +273,7 @@ int epyq_cmd_serve(int argc, char **argv) {
     }
     epyq_server_free(srv);
     epyq_runner_free(run);
+    epyq_vision_free(vis);
     epyq_engine_free(eng);
     epyq_chat_free(chat);
     epyq_tok_free(tok);

@@ -13,31 +13,33 @@
 #include "tools/cmd.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq synth -o DIR [--shape tiny|35b-a3b] [--format bf16|gptq|ct|quark|awq]\n"
-            "                  [--layers N] [--experts N] [--vocab N] [-s|--seed S]\n"
-            "                  [--tokenizer FILE] [--fused-experts] [--act-order] [-t N]\n"
-            "\n"
-            "Write a synthetic Qwen3.6-35B-A3B checkpoint folder: the real tensor names, dtypes,\n"
-            "packing and config blocks of each format's writer, values drawn from the seed.\n"
-            "\n"
-            "  -o, --output DIR   folder to create (existing files of the same names are replaced)\n"
-            "  --shape S          tiny (fixture-sized, default) or 35b-a3b (the real model)\n"
-            "  --format F         bf16 (default), gptq (GPTQModel), ct (compressed-tensors),\n"
-            "                     quark (AMD Quark), awq (AutoAWQ GEMM)\n"
-            "  --layers N         decoder layers (every 4th is full attention)\n"
-            "  --experts N        routed experts per layer\n"
-            "  --vocab N          embedding rows (special tokens move to N-24 when N < 248070)\n"
-            "  -s, --seed S       random seed (default 0); same options and seed give identical files\n"
-            "  --tokenizer FILE   copy this tokenizer.json (and its tokenizer_config.json) instead of\n"
-            "                     generating a byte-level BPE tokenizer\n"
-            "  --act-order        gptq / ct only: act-order int4 (GPTQ desc_act, compressed-tensors\n"
-            "                     actorder group): each linear's columns quantized in a random\n"
-            "                     order of its own, stored in the original order with g_idx\n"
-            "  --fused-experts    bf16 only: fused 3-D experts and BF16 A_log/norm, like the\n"
-            "                     original Qwen3.6 release (default: per-expert, F32 A_log/norm)\n"
-            "  -t, --threads N    generator threads (default: one per CPU; the files do not change)\n"
-            "  -h, --help         this text\n");
+    fprintf(
+        f,
+        "usage: epyq synth -o DIR [--shape tiny|35b-a3b] [--format bf16|gptq|ct|quark|awq]\n"
+        "                  [--layers N] [--experts N] [--vocab N] [-s|--seed S]\n"
+        "                  [--tokenizer FILE] [--fused-experts] [--act-order] [-t N]\n"
+        "\n"
+        "Write a synthetic Qwen3.6-35B-A3B checkpoint folder: the real tensor names, dtypes,\n"
+        "packing and config blocks of each format's writer, values drawn from the seed.\n"
+        "\n"
+        "  -o, --output DIR   folder to create (existing files of the same names are replaced)\n"
+        "  --shape S          tiny (fixture-sized, default) or 35b-a3b (the real model)\n"
+        "  --format F         bf16 (default), gptq (GPTQModel), ct (compressed-tensors),\n"
+        "                     quark (AMD Quark), awq (AutoAWQ GEMM)\n"
+        "  --layers N         decoder layers (every 4th is full attention)\n"
+        "  --experts N        routed experts per layer\n"
+        "  --vocab N          embedding rows (special tokens move to N-24 when N < 248070)\n"
+        "  -s, --seed S       random seed (default 0); same options and seed give identical files\n"
+        "  --tokenizer FILE   copy this tokenizer.json (and its tokenizer_config.json) instead of\n"
+        "                     generating a byte-level BPE tokenizer\n"
+        "  --act-order        gptq / ct only: act-order int4 (GPTQ desc_act, compressed-tensors\n"
+        "                     actorder group): each linear's columns quantized in a random\n"
+        "                     order of its own, stored in the original order with g_idx\n"
+        "  --fused-experts    bf16 only: fused 3-D experts and BF16 A_log/norm, like the\n"
+        "                     original Qwen3.6 release (default: per-expert, F32 A_log/norm)\n"
+        "  --no-vision        write no vision tower tensors (config keeps vision_config)\n"
+        "  -t, --threads N    generator threads (default: one per CPU; the files do not change)\n"
+        "  -h, --help         this text\n");
 }
 
 typedef struct {
@@ -72,19 +74,25 @@ static bool parse_int(const char *s, int32_t *out) {
 }
 
 int epyq_cmd_synth(int argc, char **argv) {
-    enum { O_SHAPE = 256, O_FORMAT, O_LAYERS, O_EXPERTS, O_VOCAB, O_TOK, O_FUSED, O_ACT };
-    static const struct option longopts[] = {
-        {"output", required_argument, NULL, 'o'}, {"shape", required_argument, NULL, O_SHAPE},
-        {"format", required_argument, NULL, O_FORMAT}, {"layers", required_argument, NULL, O_LAYERS},
-        {"experts", required_argument, NULL, O_EXPERTS}, {"vocab", required_argument, NULL, O_VOCAB},
-        {"seed", required_argument, NULL, 's'}, {"tokenizer", required_argument, NULL, O_TOK},
-        {"fused-experts", no_argument, NULL, O_FUSED}, {"threads", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},         {"act-order", no_argument, NULL, O_ACT},
-        {NULL, 0, NULL, 0}};
+    enum { O_SHAPE = 256, O_FORMAT, O_LAYERS, O_EXPERTS, O_VOCAB, O_TOK, O_FUSED, O_ACT, O_NOVIS };
+    static const struct option longopts[] = {{"output", required_argument, NULL, 'o'},
+                                             {"shape", required_argument, NULL, O_SHAPE},
+                                             {"format", required_argument, NULL, O_FORMAT},
+                                             {"layers", required_argument, NULL, O_LAYERS},
+                                             {"experts", required_argument, NULL, O_EXPERTS},
+                                             {"vocab", required_argument, NULL, O_VOCAB},
+                                             {"seed", required_argument, NULL, 's'},
+                                             {"tokenizer", required_argument, NULL, O_TOK},
+                                             {"fused-experts", no_argument, NULL, O_FUSED},
+                                             {"threads", required_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"act-order", no_argument, NULL, O_ACT},
+                                             {"no-vision", no_argument, NULL, O_NOVIS},
+                                             {NULL, 0, NULL, 0}};
     const char *shape = "tiny";
     int32_t layers = 0, experts = 0, vocab = 0;
     epyq_synth_opts o = {.format = EPYQ_SYNTH_BF16};
-    bool act_order = false;
+    bool act_order = false, no_vision = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -125,6 +133,7 @@ int epyq_cmd_synth(int argc, char **argv) {
         case O_TOK: o.tokenizer = optarg; break;
         case O_FUSED: o.fused_experts = true; break;
         case O_ACT: act_order = true; break;
+        case O_NOVIS: no_vision = true; break;
         case 'h': usage(stdout); return 0;
         case ':': fprintf(stderr, "epyq synth: option '%s' needs a value\n", argv[optind - 1]); return 2;
         default: fprintf(stderr, "epyq synth: unknown option '%s' (see epyq synth --help)\n", argv[optind - 1]); return 2;
@@ -152,6 +161,7 @@ int epyq_cmd_synth(int argc, char **argv) {
         return 2;
     }
     o.dims.act_order = act_order;
+    if (no_vision) o.dims.vis_depth = 0; /* tests: a checkpoint whose images must be refused */
     progress_state ps = {.t0 = epyq_now(), .tty = isatty(STDERR_FILENO)};
     o.progress = progress, o.progress_ctx = &ps;
     epyq_synth_stats st;

@@ -16,6 +16,7 @@
 #include <microhttpd.h>
 
 #include "core/util.h"
+#include "tools/media.h"
 #include "tools/serve_out.h"
 #include "tools/serve_req.h"
 
@@ -34,6 +35,9 @@ struct epyq_server {
     const epyq_chat *chat;
     const epyq_config *mcfg;
     pthread_mutex_t chat_mu; /* template rendering is not promised to be thread-safe */
+    /* one tower, one connection thread at a time: images are encoded at admission, on the
+     * request's own thread (the tower has its own pool, beside the engine's) */
+    pthread_mutex_t vision_mu;
     struct MHD_Daemon *d;
     int port;
     int stopping;
@@ -67,6 +71,9 @@ typedef struct {
     bool too_big, submitted;
     uint64_t ticket;
     epyq_serve_req req;
+    epyq_media media;      /* image parts (tools/media.h) */
+    epyq_vision_prompt vp; /* their rows and positions until submitted */
+    epyq_engine_img vimg;  /* borrows vp */
     char *prompt_text;
     bool have_out;
     epyq_serve_out out;
@@ -89,6 +96,8 @@ static void sreq_unref(sreq *q) {
     free(q->lps), free(q->lp_prompt);
     epyq_sbuf_free(&q->body);
     epyq_serve_req_free(&q->req);
+    epyq_media_free(&q->media);
+    epyq_vision_prompt_free(&q->vp);
     free(q->prompt_text);
     if (q->have_out) epyq_serve_out_free(&q->out);
     epyq_sbuf_free(&q->sse);
@@ -266,9 +275,17 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
     if (chat) {
         if (!s->chat) return fail(c, q, 400, "invalid_request_error", "messages", "no_chat_template",
                                   "this checkpoint has no chat template: use /v1/completions");
+        if (epyq_media_collect(&q->media, q->req.messages, s->cfg.media_dir, &err) != EPYQ_OK)
+            return fail(c, q, err.code == EPYQ_E_NOMEM ? 500 : 400, "invalid_request_error",
+                        q->media.param[0] ? q->media.param : "messages", "invalid_image", err.msg);
+        if (q->media.n_img && !s->cfg.vision) {
+            return fail(c, q, 400, "invalid_request_error", q->media.first, "no_vision",
+                        s->cfg.no_vision ? s->cfg.no_vision : "no vision tower");
+        }
         size_t len;
         pthread_mutex_lock(&s->chat_mu);
-        st = epyq_chat_render(s->chat, q->req.messages, q->req.kwargs, &q->prompt_text, &len, &err);
+        st = epyq_chat_render(s->chat, q->media.messages ? q->media.messages : q->req.messages,
+                              q->req.kwargs, &q->prompt_text, &len, &err);
         pthread_mutex_unlock(&s->chat_mu);
         if (st != EPYQ_OK) return fail(c, q, 400, "invalid_request_error", "messages", "template_error", err.msg);
     } else if (q->req.prompt) {
@@ -295,6 +312,16 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
     if (st != EPYQ_OK) {
         free(ids);
         return fail(c, q, 500, "server_error", NULL, NULL, err.msg);
+    }
+    if (q->media.n_img) { /* the tower over the images; the pads expanded */
+        pthread_mutex_lock(&s->vision_mu);
+        st = epyq_media_prompt(s->cfg.vision, &q->media, &ids, &n_ids, &q->vp, &q->vimg, &err);
+        pthread_mutex_unlock(&s->vision_mu);
+        if (st != EPYQ_OK) {
+            free(ids);
+            return fail(c, q, st == EPYQ_E_NOMEM ? 500 : 400, "invalid_request_error", "messages",
+                        "invalid_image", err.msg);
+        }
     }
     const char *pname = chat ? "messages" : "prompt";
     char m[256];
@@ -342,8 +369,11 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
     pthread_mutex_lock(&q->mu);
     q->refs++; /* the engine's, released by on_done */
     pthread_mutex_unlock(&q->mu);
-    st = epyq_runner_submit(s->runner, ids, n_ids, &p, &cb, &q->ticket, &v, &err);
+    st = epyq_runner_submit_img(s->runner, ids, n_ids, q->media.n_img ? &q->vimg : NULL, &p, &cb,
+                                &q->ticket, &v, &err);
     free(ids);
+    epyq_vision_prompt_free(&q->vp); /* the runner has its copy */
+    epyq_media_free(&q->media);
     if (st != EPYQ_OK || v != EPYQ_RUNNER_ACCEPTED) {
         sreq_unref(q); /* the engine never saw it */
         if (st != EPYQ_OK) return fail(c, q, 500, "server_error", NULL, NULL, err.msg);
@@ -622,6 +652,7 @@ epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq
     s->cfg = *cfg, s->runner = runner, s->tok = tok, s->chat = chat, s->mcfg = mcfg;
     s->t_start = (double)time(NULL);
     pthread_mutex_init(&s->chat_mu, NULL);
+    pthread_mutex_init(&s->vision_mu, NULL);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
@@ -632,6 +663,7 @@ epyq_status epyq_server_start(epyq_server **out, const epyq_serve_cfg *cfg, epyq
     if (!s->d) {
         int e = errno;
         pthread_mutex_destroy(&s->chat_mu);
+        pthread_mutex_destroy(&s->vision_mu);
         free(s);
         return epyq_err_set(err, EPYQ_E_IO, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(e));
     }
@@ -657,5 +689,6 @@ void epyq_server_free(epyq_server *s) {
     if (!s) return;
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->chat_mu);
+    pthread_mutex_destroy(&s->vision_mu);
     free(s);
 }

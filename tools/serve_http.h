@@ -21,6 +21,7 @@
 #include "engine/runner.h"
 #include "load/model_config.h"
 #include "tok/tokenizer.h"
+#include "vision/vision.h"
 
 typedef struct {
     const char *host;          /* address to bind (default 127.0.0.1) */
@@ -31,6 +32,9 @@ typedef struct {
     int32_t ctx_limit;         /* prompt + completion tokens per request */
     int32_t max_conn;          /* simultaneous connections */
     bool log_requests;         /* one JSON line on stderr per generation request */
+    epyq_vision *vision;       /* the tower for image_url parts; NULL: they get a 400 */
+    const char *no_vision;     /* with vision NULL: why (the 400's message) */
+    const char *media_dir;     /* --allowed-media-dir: local image paths under it; NULL = none */
 } epyq_serve_cfg;
 
 typedef struct epyq_server epyq_server;

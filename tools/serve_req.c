@@ -79,7 +79,7 @@ static bool boolean(const cJSON *body, const char *name, bool *out, epyq_serve_e
     return true;
 }
 
-/* messages: roles and content parts we can render (text only). */
+/* messages: roles and content parts we can render (text, and image_url shaped {url: STRING}). */
 static bool check_messages(const cJSON *m, epyq_serve_error *e) {
     if (!cJSON_IsArray(m))
         return epyq_serve_error_set(e, 400, BAD, "messages", m ? "invalid_type" : "missing_required_parameter",
@@ -119,9 +119,23 @@ static bool check_messages(const cJSON *m, epyq_serve_error *e) {
             snprintf(param, sizeof param, "messages[%d].content[%d].type", i, k);
             if (!cJSON_IsObject(part) || !cJSON_IsString(ty))
                 return epyq_serve_error_set(e, 400, BAD, param, "invalid_type", "'%s' must be a string (content parts are objects with a type)", param);
+            if (!strcmp(ty->valuestring,
+                        "image_url")) { /* decoded by tools/media.c after parsing */
+                const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+                const cJSON *u =
+                    cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
+                snprintf(param, sizeof param, "messages[%d].content[%d].image_url", i, k);
+                if (!cJSON_IsString(u))
+                    return epyq_serve_error_set(e, 400, BAD, param, "invalid_type",
+                                                "'%s' must be {\"url\": STRING}, found %s", param,
+                                                iu ? type_name(u ? u : iu) : "nothing");
+                continue;
+            }
             if (strcmp(ty->valuestring, "text") != 0)
-                return epyq_serve_error_set(e, 400, BAD, param, "unsupported_content",
-                                            "content part type '%s' is not supported: this server takes text only", ty->valuestring);
+                return epyq_serve_error_set(
+                    e, 400, BAD, param, "unsupported_content",
+                    "content part type '%s' is not supported: this server takes text and image_url parts",
+                    ty->valuestring);
             if (!cJSON_IsString(tx)) {
                 snprintf(param, sizeof param, "messages[%d].content[%d].text", i, k);
                 return epyq_serve_error_set(e, 400, BAD, param, "invalid_type", "'%s' must be a string, found %s", param,

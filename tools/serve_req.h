@@ -5,8 +5,9 @@
  * (HTTP status, type, the offending field as `param`, code, and a message saying what was
  * expected and what was found); it never accepts a field it cannot honour (n > 1,
  * response_format json_object/json_schema, logit_bias, best_of > 1, suffix, tool_choice
- * "required" or a named function, non-text content parts) and ignores fields it does not know.
- * Types are checked strictly: a string where a number belongs is an error, not a coercion. */
+ * "required" or a named function, content parts other than text and image_url) and ignores fields
+ * it does not know. Types are checked strictly: a string where a number belongs is an error, not a
+ * coercion. */
 #ifndef EPYQ_TOOLS_SERVE_REQ_H
 #define EPYQ_TOOLS_SERVE_REQ_H
 

@@ -37,6 +37,10 @@ typedef struct {
     char *stop[EPYQ_ENGINE_MAX_STOP];
     int32_t n_stop;
     epyq_sbuf held; /* decoded text not yet released: it may be the start of a stop string */
+    /* images (engine.h: epyq_engine_add_img); all NULL for a text request */
+    float *img_rows;        /* [pads][hidden] copied */
+    const float **img_embd; /* [n_ids] the row of each pad, NULL elsewhere */
+    int32_t *img_pos;       /* [n_ids][3] M-RoPE positions of the prompt */
 } req;
 
 struct epyq_engine {
@@ -102,6 +106,7 @@ static void req_free(req *r) {
     epyq_sampler_free(r->smp);
     epyq_tok_stream_free(r->ts);
     free(r->ids);
+    free(r->img_rows), free(r->img_embd), free(r->img_pos);
     for (int32_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     epyq_sbuf_free(&r->held);
     free(r);
@@ -131,9 +136,45 @@ void epyq_engine_get_stats(const epyq_engine *e, epyq_engine_stats *st) {
     }
 }
 
+/* Copy a request's images, checking that its pads and rows agree. */
+static epyq_status img_copy(const epyq_engine *e, req *r, const epyq_engine_img *img,
+                            epyq_err *err) {
+    const int32_t H = e->cfg->hidden_size;
+    if (img->hidden != H)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "image rows have %d values; the model's hidden size is %d", img->hidden,
+                            H);
+    if (!img->rows || !img->pos || img->n_rows < 1)
+        return epyq_err_set(err, EPYQ_E_ARG, "image input: expected rows and positions, found %s",
+                            img->rows ? "no positions" : "no rows");
+    int32_t pads = 0;
+    for (size_t i = 0; i < r->n_ids; i++) pads += r->ids[i] == img->image_token_id;
+    if (pads != img->n_rows)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "the prompt has %d image pads (id %d) for %d image rows", pads,
+                            img->image_token_id, img->n_rows);
+    r->img_rows = malloc((size_t)pads * (size_t)H * sizeof *r->img_rows);
+    r->img_embd = calloc(r->n_ids, sizeof *r->img_embd);
+    r->img_pos = malloc(r->n_ids * 3 * sizeof *r->img_pos);
+    if (!r->img_rows || !r->img_embd || !r->img_pos)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "engine: image rows [%d][%d]: out of memory", pads,
+                            H);
+    memcpy(r->img_rows, img->rows, (size_t)pads * (size_t)H * sizeof *r->img_rows);
+    memcpy(r->img_pos, img->pos, r->n_ids * 3 * sizeof *r->img_pos);
+    for (size_t i = 0, k = 0; i < r->n_ids; i++)
+        if (r->ids[i] == img->image_token_id) r->img_embd[i] = r->img_rows + (k++) * (size_t)H;
+    return EPYQ_OK;
+}
+
 epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
                             const epyq_engine_params *p, const epyq_engine_cb *cb, uint64_t *id,
                             epyq_err *err) {
+    return epyq_engine_add_img(e, ids, n_ids, NULL, p, cb, id, err);
+}
+
+epyq_status epyq_engine_add_img(epyq_engine *e, const int32_t *ids, size_t n_ids,
+                                const epyq_engine_img *img, const epyq_engine_params *p,
+                                const epyq_engine_cb *cb, uint64_t *id, epyq_err *err) {
     if (e->n_run >= e->o.max_seqs)
         return epyq_err_set(err, EPYQ_E_ARG, "engine: all %d slots are busy", e->o.max_seqs);
     if (n_ids == 0) return epyq_err_set(err, EPYQ_E_ARG, "the prompt is empty");
@@ -162,8 +203,9 @@ epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
         if (!(r->stop[r->n_stop] = strdup(p->stop[i]))) st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
         else r->n_stop++;
     }
+    if (st == EPYQ_OK && img) st = img_copy(e, r, img, err);
     if (st == EPYQ_OK) st = epyq_seq_create(&r->seq, e->m, (int32_t)n_ids + r->max_new, e->o.kv, err);
-    if (st == EPYQ_OK && e->o.spec_k && !r->prompt_lp) {
+    if (st == EPYQ_OK && e->o.spec_k && !r->prompt_lp && !img) {
         const epyq_spec_opts so = {.k = e->o.spec_k,
                                    .adaptive = e->o.spec_adaptive,
                                    .draft_override = e->o.spec_draft_override,
@@ -314,7 +356,9 @@ static epyq_status take_token(epyq_engine *e, req *r, int32_t tok, const float *
 
 /* ---- prefix reuse (engine.h: cache_bytes) */
 
-static bool uses_cache(const epyq_engine *e, const req *r) { return e->cache && !r->prompt_lp; }
+static bool uses_cache(const epyq_engine *e, const req *r) {
+    return e->cache && !r->prompt_lp && !r->img_pos;
+}
 
 static size_t common_prefix(const req *a, const req *b) {
     size_t n = a->n_ids < b->n_ids ? a->n_ids : b->n_ids, k = 0;
@@ -422,10 +466,16 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     uint8_t *want = calloc(cap, 1);
     req **owner = malloc(cap * sizeof *owner);
     int64_t *pidx = malloc(cap * sizeof *pidx); /* prompt index of the row, -1 for decode */
+    /* every row's image row (or NULL) and (t, h, w) rotary positions, passed on only when a
+     * request with images is in the step: text rows then get (p + delta) on all three axes,
+     * which is what epyq_model_forward gives them without mrope */
+    const float **embd = calloc(cap, sizeof *embd);
+    int32_t *mrope = malloc(cap * 3 * sizeof *mrope);
     float *logits = NULL, *hid = NULL;
-    bool any_spec = false;
+    bool any_spec = false, any_img = false;
     epyq_status st = EPYQ_OK;
-    if (!seqs || !toks || !want || !owner || !pidx) st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
+    if (!seqs || !toks || !want || !owner || !pidx || !embd || !mrope)
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "engine: out of memory");
     size_t n = 0, n_want = 0, n_prompt = 0, budget = (size_t)e->o.chunk;
     for (int32_t i = 0; st == EPYQ_OK && i < e->n_run; i++) {
         req *r = e->run[i];
@@ -443,8 +493,18 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
             }
             r->in_step = true, r->nrows = (int32_t)take;
             any_spec |= r->spec != NULL;
+            any_img |= r->img_pos != NULL;
+            int32_t at = epyq_seq_pos(r->seq), delta = epyq_seq_rope_delta(r->seq);
             for (size_t k = 0; k < take; k++) {
-                seqs[n] = r->seq, toks[n] = r->ids[r->fed + k], owner[n] = r, pidx[n] = (int64_t)(r->fed + k);
+                size_t pi = r->fed + k;
+                seqs[n] = r->seq, toks[n] = r->ids[pi], owner[n] = r, pidx[n] = (int64_t)pi;
+                if (r->img_pos) { /* the chunk's slice of the image rows and positions */
+                    embd[n] = r->img_embd[pi];
+                    memcpy(mrope + 3 * n, r->img_pos + 3 * pi, 3 * sizeof *mrope);
+                } else {
+                    embd[n] = NULL;
+                    for (int a = 0; a < 3; a++) mrope[3 * n + a] = at + (int32_t)k + delta;
+                }
                 want[n] = r->prompt_lp, n_want += r->prompt_lp, n++;
             }
             r->fed += take;
@@ -460,10 +520,19 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
                 continue;
             }
             r->nrows = nr, any_spec = true;
-            for (int32_t k = 0; k < nr; k++)
+            int32_t at = epyq_seq_pos(r->seq) + epyq_seq_rope_delta(r->seq);
+            for (int32_t k = 0; k < nr; k++) {
+                embd[n] = NULL;
+                for (int a = 0; a < 3; a++) mrope[3 * n + a] = at + k;
                 seqs[n] = r->seq, toks[n] = rows[k], owner[n] = r, pidx[n] = -1, want[n] = 1, n++,
                 n_want++;
+            }
         } else {
+            /* after an image the sequence's rope delta carries its text positions on */
+            embd[n] = NULL;
+            for (int a = 0; a < 3; a++)
+                mrope[3 * n + a] = epyq_seq_pos(r->seq) + epyq_seq_rope_delta(r->seq);
+            any_img |= r->img_pos != NULL;
             seqs[n] = r->seq, toks[n] = r->last_tok, owner[n] = r, pidx[n] = -1, want[n] = 1, n++, n_want++;
             r->nrows = 1;
         }
@@ -478,7 +547,8 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     if (st == EPYQ_OK && n > 0) {
         epyq_batch bt = {(int32_t)n, seqs, toks, want};
         double t0 = epyq_now();
-        st = epyq_model_forward(e->m, &bt, logits, hid, err);
+        const epyq_batch_img bi = {embd, mrope};
+        st = epyq_model_forward_img(e->m, &bt, any_img ? &bi : NULL, logits, hid, err);
         double dt = epyq_now() - t0;
         e->st.prompt_s += dt * (double)n_prompt / (double)n;
         e->st.decode_s += dt * (double)(n - n_prompt) / (double)n;
@@ -524,5 +594,6 @@ epyq_status epyq_engine_step(epyq_engine *e, epyq_err *err) {
     }
     compact(e);
     free(seqs), free(toks), free(want), free(owner), free(pidx), free(logits), free(hid);
+    free(embd), free(mrope);
     return st;
 }

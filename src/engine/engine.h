@@ -118,6 +118,16 @@ typedef struct {
 
 typedef struct epyq_engine epyq_engine;
 
+/* A request's images (docs/vision.md §4): the tower's rows of its <|image_pad|> tokens, in prompt
+ * order, and the (t, h, w) M-RoPE positions of every prompt token (src/vision/prompt.h builds
+ * both). Borrowed by epyq_engine_add_img, which copies them. */
+typedef struct {
+    int32_t image_token_id; /* the pad id whose embedding the rows replace */
+    int32_t n_rows, hidden; /* rows = pads in the prompt; hidden = the text hidden size */
+    const float *rows;      /* [n_rows][hidden] */
+    const int32_t *pos;     /* [n_ids][3] */
+} epyq_engine_img;
+
 /* model and tok are borrowed and must outlive the engine. */
 epyq_status epyq_engine_create(epyq_engine **out, epyq_model *m, const epyq_tok *tok,
                                const epyq_engine_opts *opts, epyq_err *err);
@@ -129,6 +139,15 @@ void epyq_engine_free(epyq_engine *e);
 epyq_status epyq_engine_add(epyq_engine *e, const int32_t *ids, size_t n_ids,
                             const epyq_engine_params *p, const epyq_engine_cb *cb, uint64_t *id,
                             epyq_err *err);
+/* The same with images (img may be NULL: epyq_engine_add). An image request never uses or fills
+ * the prefix cache (pads are the same ids for different images) and decodes without
+ * speculation even when opts.spec_k is set (drafts would need its rope delta in the MTP head);
+ * its prompt rows go through epyq_model_forward_img with their image rows and positions, also
+ * when a chunk cuts an image, and its decode tokens rotate by the sequence's rope delta.
+ * EPYQ_E_ARG when the pads, the rows, the hidden size or the positions do not agree. */
+epyq_status epyq_engine_add_img(epyq_engine *e, const int32_t *ids, size_t n_ids,
+                                const epyq_engine_img *img, const epyq_engine_params *p,
+                                const epyq_engine_cb *cb, uint64_t *id, epyq_err *err);
 /* One forward call over every running request, then their samples and events. A failed
  * forward call ends every request it carried with EPYQ_ENGINE_ERROR and returns the error;
  * the engine stays usable. No-op without running requests. */

@@ -20,6 +20,8 @@ typedef struct rjob {
     char *stops[EPYQ_ENGINE_MAX_STOP];
     epyq_engine_cb cb;
     bool cancel, cancel_sent;
+    bool has_img;
+    epyq_engine_img img; /* rows [n_rows][hidden] and pos [n_ids][3] owned by the job */
 } rjob;
 
 struct epyq_runner {
@@ -41,6 +43,7 @@ static void job_free(rjob *j) {
     if (!j) return;
     for (int32_t i = 0; i < EPYQ_ENGINE_MAX_STOP; i++) free(j->stops[i]);
     free(j->ids);
+    free((void *)j->img.rows), free((void *)j->img.pos);
     free(j);
 }
 
@@ -139,7 +142,8 @@ static void *thread_main(void *arg) {
             bool cancelled = j->cancel || r->quit;
             pthread_mutex_unlock(&r->mu);
             if (cancelled) w_done(j, EPYQ_ENGINE_CANCELLED, &u, NULL);
-            else if (epyq_engine_add(r->eng, j->ids, j->n_ids, &j->p, &cb, &id, &err) != EPYQ_OK)
+            else if (epyq_engine_add_img(r->eng, j->ids, j->n_ids, j->has_img ? &j->img : NULL,
+                                         &j->p, &cb, &id, &err) != EPYQ_OK)
                 w_done(j, EPYQ_ENGINE_ERROR, &u, &err);
             else {
                 pthread_mutex_lock(&r->mu);
@@ -197,10 +201,30 @@ void epyq_runner_free(epyq_runner *r) {
 epyq_status epyq_runner_submit(epyq_runner *r, const int32_t *ids, size_t n_ids,
                                const epyq_engine_params *p, const epyq_engine_cb *cb,
                                uint64_t *ticket, epyq_runner_verdict *verdict, epyq_err *err) {
+    return epyq_runner_submit_img(r, ids, n_ids, NULL, p, cb, ticket, verdict, err);
+}
+
+epyq_status epyq_runner_submit_img(epyq_runner *r, const int32_t *ids, size_t n_ids,
+                                   const epyq_engine_img *img, const epyq_engine_params *p,
+                                   const epyq_engine_cb *cb, uint64_t *ticket,
+                                   epyq_runner_verdict *verdict, epyq_err *err) {
     rjob *j = calloc(1, sizeof *j);
     if (!j || !(j->ids = malloc((n_ids ? n_ids : 1) * sizeof *ids))) {
         free(j);
         return epyq_err_set(err, EPYQ_E_NOMEM, "runner: out of memory");
+    }
+    if (img && img->rows && img->pos) { /* the engine checks them at admission */
+        size_t nr = (size_t)(img->n_rows > 0 ? img->n_rows : 0) *
+                    (size_t)(img->hidden > 0 ? img->hidden : 0);
+        float *rows = malloc((nr ? nr : 1) * sizeof *rows);
+        int32_t *pos = malloc((n_ids ? n_ids : 1) * 3 * sizeof *pos);
+        j->img = *img, j->img.rows = rows, j->img.pos = pos, j->has_img = true;
+        if (!rows || !pos) {
+            job_free(j);
+            return epyq_err_set(err, EPYQ_E_NOMEM, "runner: image rows: out of memory");
+        }
+        memcpy(rows, img->rows, nr * sizeof *rows);
+        memcpy(pos, img->pos, n_ids * 3 * sizeof *pos);
     }
     memcpy(j->ids, ids, n_ids * sizeof *ids);
     j->n_ids = n_ids, j->p = *p, j->cb = *cb, j->r = r;

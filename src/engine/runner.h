@@ -36,6 +36,11 @@ void epyq_runner_free(epyq_runner *r);
 epyq_status epyq_runner_submit(epyq_runner *r, const int32_t *ids, size_t n_ids,
                                const epyq_engine_params *p, const epyq_engine_cb *cb,
                                uint64_t *ticket, epyq_runner_verdict *verdict, epyq_err *err);
+/* The same with images (engine.h: epyq_engine_add_img; rows and positions copied; NULL = none). */
+epyq_status epyq_runner_submit_img(epyq_runner *r, const int32_t *ids, size_t n_ids,
+                                   const epyq_engine_img *img, const epyq_engine_params *p,
+                                   const epyq_engine_cb *cb, uint64_t *ticket,
+                                   epyq_runner_verdict *verdict, epyq_err *err);
 void epyq_runner_cancel(epyq_runner *r, uint64_t ticket);
 
 /* Stop admitting; wait up to grace_s seconds for queued and running requests to finish, then

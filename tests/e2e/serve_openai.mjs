@@ -76,7 +76,7 @@ async function main() {
   // Refused input: the client raises BadRequestError carrying the field.
   for (const [extra, param] of [[{ n: 2 }, 'n'], [{ temperature: 'hot' }, 'temperature'],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }, 'response_format'],
-    [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 'messages[0].content[0].type']]) {
+    [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x/y.png' } }] }] }, 'messages[0].content[0].image_url']]) {
     try {
       await client.chat.completions.create({ model, messages: msgs, max_tokens: 2, ...extra });
       ok(false, `${param} refused`);

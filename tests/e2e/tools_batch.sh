@@ -93,4 +93,53 @@ strip='del(.[].response.body.usage.prompt_tokens_details)'
 expect 0 "shared prefix, --spec mtp --draft 3" "$EPYQ" $B --spec mtp --draft 3 -i "$T/shared.jsonl" -o "$T/spec.jsonl"
 grep -q 'spec mtp:3: [1-9][0-9]* verify steps' "$T/err" || fail "no speculative steps in the summary: $(tail -1 "$T/err")"
 cmp "$T/cache.jsonl" "$T/spec.jsonl" && ok "--spec mtp records = plain records" || fail "--spec mtp changed the outputs"
+# Images (image_url content parts, tools/media.c): the greedy text of a data-URL request equals
+# `epyq run --chat --image` of the same message, also batched beside text requests with a small
+# chunk and with --spec mtp (image requests run plainly); a local path only under
+# --allowed-media-dir; bad data URLs, remote URLs and paths outside it get invalid_image records
+# naming messages[i].content[j].image_url, and the job goes on.
+mkdir -p "$T/media"
+python3 - "$T/media/a.png" <<'PY' || { echo "python3 could not write the test PNG"; exit 1; }
+import struct, sys, zlib
+w, h = 40, 24
+rows = b"".join(b"\0" + bytes(((x * 7 + y * 5 + c * 60) & 255) for x in range(w) for c in range(3)) for y in range(h))
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+                              chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+expect 0 "run --chat --image (reference)" "$EPYQ" run -m "$M" -t 1 -n 6 --temp 0 --chat --no-think --image "$T/media/a.png" -p "What is this?"
+ref=$(cat "$T/out")
+B64=$(base64 -w0 "$T/media/a.png")
+img_line() { # ID URL
+    printf '{"custom_id":"%s","method":"POST","url":"/v1/chat/completions","body":{"max_tokens":6,"temperature":0,"chat_template_kwargs":{"enable_thinking":false},"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"%s"}},{"type":"text","text":"What is this?"}]}]}}\n' "$1" "$2"
+}
+{
+    echo '{"custom_id":"t1","method":"POST","url":"/v1/completions","body":{"prompt":"Once upon a time there","max_tokens":12,"temperature":0}}'
+    img_line img "data:image/png;base64,$B64"
+    echo '{"custom_id":"t2","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"Hi"}],"max_tokens":12,"temperature":0}}'
+    img_line path "$T/media/a.png"
+    img_line remote "https://example.com/a.png"
+    img_line b64 "data:image/png;base64,@@@@"
+    img_line notimg "data:image/png;base64,$(printf 'not an image' | base64 -w0)"
+    img_line outside "$T/media/../in.jsonl"
+} >"$T/img.jsonl"
+for extra in "" "--spec mtp --draft 2"; do
+    expect 2 "batch with images $extra" "$EPYQ" batch -m "$M" -t 1 -c 256 --max-batch 3 --chunk 16 $extra \
+        --allowed-media-dir "$T/media" -i "$T/img.jsonl" -o "$T/img_out$extra.jsonl"
+    o="$T/img_out$extra.jsonl"
+    [ "$(jq -r 'select(.custom_id == "img") | .response.body.choices[0].message.content' "$o")" = "$ref" ] &&
+        [ "$(jq -r 'select(.custom_id == "path") | .response.body.choices[0].message.content' "$o")" = "$ref" ] &&
+        ok "batch image requests ($extra) = run --chat --image: $ref" || { fail "batch image text ($extra)"; cat "$o"; }
+    jq -e -s 'map(select(.custom_id == "t1" or .custom_id == "t2") | .response.status_code == 200) == [true, true] and
+        (map(select(.custom_id == "img")) | .[0].response.body.usage.prompt_tokens > 77) and
+        (map(select(.error != null) | [.custom_id, .error.code, (.error.message | startswith("'"'"'messages[0].content[0].image_url'"'"'"))]) ==
+         [["remote","invalid_image",true],["b64","invalid_image",true],["notimg","invalid_image",true],["outside","invalid_image",true]])' \
+        "$o" >/dev/null && ok "batch image refusals name the field ($extra)" || { fail "batch image records ($extra)"; cat "$o"; }
+done
+# the text requests beside the images: their records' text as when run without them
+grep -E '"custom_id":"t[12]"' "$T/img.jsonl" >"$T/txt.jsonl"
+expect 0 "text requests alone" "$EPYQ" batch -m "$M" -t 1 -c 256 --max-batch 1 -i "$T/txt.jsonl" -o "$T/txt_out.jsonl"
+txt() { jq -r 'select(.custom_id == "t1" or .custom_id == "t2") | .response.body.choices[0] | (.text // .message.content)' "$1"; }
+[ "$(txt "$T/txt_out.jsonl")" = "$(txt "$T/img_out.jsonl")" ] && ok "text requests beside images: same text" ||
+    fail "text requests beside images differ"
 finish

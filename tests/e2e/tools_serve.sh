@@ -147,7 +147,7 @@ bad 400 messages $C '{"messages":[]}'
 bad 400 messages $C '{"model":"tiny"}'
 bad 400 'messages[0].role' $C '{"messages":[{"role":"wizard","content":"x"}]}'
 bad 400 'messages[0].content' $C '{"messages":[{"role":"user","content":5}]}'
-bad 400 'messages[0].content[0].type' $C '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}'
+bad 400 'messages[0].content[0].image_url' $C '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}'
 bad 400 temperature $C "{$HI,\"temperature\":\"hot\"}"
 bad 400 temperature $C "{$HI,\"temperature\":7}"
 bad 400 max_tokens $C "{$HI,\"max_tokens\":0}"

@@ -6,7 +6,10 @@
  * code and a one-line message; a valid one has what its kind needs (chat: a non-empty
  * messages array and a kwargs object with add_generation_prompt; completions: a prompt) and
  * its numbers inside the documented ranges; parsing twice gives the same result; a render
- * either succeeds, NUL-terminated at its length, or fails with a one-line message. */
+ * either succeeds, NUL-terminated at its length, or fails with a one-line message. Image parts
+ * go through epyq_media_collect as `epyq batch` reads them (no --allowed-media-dir): it
+ * succeeds with the template's copy exactly when there are images, or fails with one line
+ * and the part's field; the render then takes that copy. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 
 #include "chat/chat.h"
 #include "tools/batch_req.h"
+#include "tools/media.h"
 
 extern const char epyq_synth_chat_template[];
 
@@ -90,17 +94,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     epyq_batch_req_parse(&b, line, 7);
     check(&a);
     if (!same(&a, &b)) abort();
-    if (!a.err_code[0] && a.chat) {
+    epyq_media md = {0};
+    epyq_err merr = {0};
+    if (!a.err_code[0] && a.chat && epyq_media_collect(&md, a.messages, NULL, &merr) != EPYQ_OK) {
+        if (!one_line(merr.msg) || (merr.code != EPYQ_E_NOMEM && !md.param[0]) || md.n_img ||
+            md.messages)
+            abort();
+    } else if (!a.err_code[0] && a.chat) {
+        if ((md.n_img > 0) != (md.messages != NULL) || md.n_img > EPYQ_MEDIA_MAX_IMAGES) abort();
         char *out = NULL;
         size_t len = 0;
         epyq_err err = {0};
-        if (epyq_chat_render(g_chat, a.messages, a.kwargs, &out, &len, &err) == EPYQ_OK) {
+        if (epyq_chat_render(g_chat, md.messages ? md.messages : a.messages, a.kwargs, &out, &len,
+                             &err) == EPYQ_OK) {
             if (!out || out[len] != '\0') abort();
         } else if (err.code == EPYQ_OK || !one_line(err.msg)) {
             abort();
         }
         free(out);
     }
+    epyq_media_free(&md);
     epyq_batch_req_free(&a);
     epyq_batch_req_free(&b);
     free(line);
