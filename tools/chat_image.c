@@ -16,7 +16,8 @@
 #include "vision/mrope.h"
 
 epyq_status chat_image_add(repl *r, const char *path, epyq_err *err) {
-    if (r->n_imgs >= 64) return epyq_err_set(err, EPYQ_E_ARG, "/image: at most 64 images per conversation");
+    if (r->n_imgs >= 64)
+        return epyq_err_set(err, EPYQ_E_ARG, "/image: at most 64 images per conversation");
     if (!r->vision) {
         const epyq_vision_opts vo = {.n_threads = r->threads};
         epyq_status st = epyq_vision_load(&r->vision, r->dir, &vo, err);
@@ -31,12 +32,14 @@ epyq_status chat_image_add(repl *r, const char *path, epyq_err *err) {
     const epyq_vision_config *vc = epyq_vision_cfg(r->vision);
     double t0 = epyq_now();
     epyq_status st = epyq_image_load(&im, path, err);
-    if (st == EPYQ_OK) st = epyq_vision_prepare(epyq_vision_preproc(r->vision), &im, path, &in, err);
+    if (st == EPYQ_OK)
+        st = epyq_vision_prepare(epyq_vision_preproc(r->vision), &im, path, &in, err);
     if (st == EPYQ_OK) {
         ci.tokens = epyq_vision_tokens(vc, in.gh, in.gw);
         ci.grid[0] = in.gh, ci.grid[1] = in.gw;
         if (!(ci.rows = malloc((size_t)ci.tokens * (size_t)vc->out_hidden * sizeof *ci.rows)))
-            st = epyq_err_set(err, EPYQ_E_NOMEM, "image rows [%d][%d]: out of memory", ci.tokens, vc->out_hidden);
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "image rows [%d][%d]: out of memory", ci.tokens,
+                              vc->out_hidden);
     }
     if (st == EPYQ_OK) st = epyq_vision_encode(r->vision, &in, 1, ci.rows, err);
     epyq_vision_input_free(&in);
@@ -47,7 +50,8 @@ epyq_status chat_image_add(repl *r, const char *path, epyq_err *err) {
     }
     r->imgs[r->n_imgs++] = ci;
     r->n_pending++;
-    fprintf(stderr, "[ image %s: %d image tokens, encoded in %.2f s; it goes with your next message ]\n",
+    fprintf(stderr,
+            "[ image %s: %d image tokens, encoded in %.2f s; it goes with your next message ]\n",
             path, ci.tokens, epyq_now() - t0);
     return EPYQ_OK;
 }
@@ -88,11 +92,13 @@ epyq_status chat_image_prompt(repl *r, int32_t **ids, size_t *n, epyq_err *err) 
     int32_t k = r->n_imgs - r->n_pending; /* images already in the messages */
     if (k == 0) return EPYQ_OK;
     const epyq_vision_config *vc = epyq_vision_cfg(r->vision);
-    int32_t *tokens = malloc((size_t)k * sizeof *tokens), (*grid)[2] = malloc((size_t)k * sizeof *grid);
+    int32_t *tokens = malloc((size_t)k * sizeof *tokens),
+            (*grid)[2] = malloc((size_t)k * sizeof *grid);
     int32_t *x = NULL, nx = 0, delta = 0;
     epyq_status st = tokens && grid ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     for (int32_t i = 0; st == EPYQ_OK && i < k; i++)
-        tokens[i] = r->imgs[i].tokens, grid[i][0] = r->imgs[i].grid[0], grid[i][1] = r->imgs[i].grid[1];
+        tokens[i] = r->imgs[i].tokens, grid[i][0] = r->imgs[i].grid[0],
+        grid[i][1] = r->imgs[i].grid[1];
     if (st == EPYQ_OK) st = epyq_vision_expand_pads(vc, *ids, (int32_t)*n, tokens, k, &x, &nx, err);
     if (st == EPYQ_OK) {
         r->img_pos = malloc((size_t)nx * 3 * sizeof *r->img_pos);
@@ -100,7 +106,8 @@ epyq_status chat_image_prompt(repl *r, int32_t **ids, size_t *n, epyq_err *err) 
         if (!r->img_pos || !r->img_embd) st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
     }
     if (st == EPYQ_OK)
-        st = epyq_vision_positions(vc, x, nx, (const int32_t(*)[2])grid, k, r->img_pos, &delta, err);
+        st =
+            epyq_vision_positions(vc, x, nx, (const int32_t(*)[2])grid, k, r->img_pos, &delta, err);
     if (st == EPYQ_OK) {
         for (int32_t i = 0, img = 0, row = 0; i < nx; i++) {
             if (x[i] != vc->image_token_id) continue;

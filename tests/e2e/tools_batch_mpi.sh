@@ -75,6 +75,9 @@ $MPIRUN -np 2 "$EPYQ" $B -m "$M" -i "$T/big.jsonl" -o "$T/part.jsonl" >/dev/null
 pid=$!
 i=0; while [ ! -s "$T/part.jsonl" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
 kill -TERM $pid; wait $pid; rc=$?
+# mpirun can return before every rank has finished its last step and written its records:
+# wait until no rank of that job is left (else the resume below races with it).
+i=0; while pgrep -f -- "-o $T/part.jsonl" >/dev/null 2>&1 && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
 n=$(wc -l <"$T/part.jsonl")
 if [ "$n" -lt 24 ]; then ok "SIGTERM to mpirun: exit $rc with $n of 24 records"; else echo "note: the job finished before SIGTERM"; fi
 expect 0 "--resume over 3 ranks" $MPIRUN -np 3 "$EPYQ" $B -m "$M" -i "$T/big.jsonl" -o "$T/part.jsonl" --resume
