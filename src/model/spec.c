@@ -133,13 +133,11 @@ epyq_status epyq_spec_prefill(epyq_spec *sp, const int32_t *prompt, int32_t n, e
         }
         sp->st.t_verify += epyq_now() - t0;
         if (st == EPYQ_OK) {
-            sp->next = *first = pick(ctx, sp->logits);
+            *first = pick(ctx, sp->logits);
             /* MTP row r: (hidden at r, token at r + 1, position r) */
             memcpy(tok, prompt + 1, (size_t)(n - 1) * sizeof *tok);
-            tok[n - 1] = sp->next;
-            t0 = epyq_now();
-            st = mtp_pass(sp, sp->hid, tok, n, pos0, true, err);
-            sp->st.t_draft += epyq_now() - t0;
+            tok[n - 1] = *first;
+            st = epyq_spec_prompt(sp, sp->hid, tok, n, pos0, true, err);
         }
     }
     free(seqs), free(want), free(tok);

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "synth/synth.h"
 #include "tests/testutil.h"
+#include "tok/tokenizer.h"
 
 /* Write a tiny checkpoint of `format` ("ct", "bf16", ...) with `seed`; returns its folder
  * (heap string), or NULL after printing why. Usable outside a running test (no ck_assert). */
@@ -34,6 +36,20 @@ static inline char *synth_model(const char *format, uint64_t seed) {
         return NULL;
     }
     return dir;
+}
+
+/* The engine-level suites' setup: a tiny ct checkpoint (seed 1) written, its model loaded on
+ * one thread with the A8 path, and its tokenizer. 0 when done; else prints why. */
+static inline int synth_model_load_tiny(char **dir, epyq_model **m, epyq_tok **tok) {
+    if (!(*dir = synth_model("ct", 1))) return 1;
+    epyq_err err = {0};
+    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = 1};
+    if (epyq_kern_init(&err) != EPYQ_OK || epyq_model_load(m, *dir, &mo, &err) != EPYQ_OK ||
+        epyq_tok_load(tok, *dir, &err) != EPYQ_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    return 0;
 }
 
 #endif

@@ -370,15 +370,7 @@ START_TEST(test_runner_queue) {
 END_TEST
 
 int main(void) {
-    g_dir = synth_model("ct", 1);
-    if (!g_dir) return EXIT_FAILURE;
-    epyq_err err = {0};
-    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = 1};
-    if (epyq_kern_init(&err) != EPYQ_OK || epyq_model_load(&g_m, g_dir, &mo, &err) != EPYQ_OK ||
-        epyq_tok_load(&g_tok, g_dir, &err) != EPYQ_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return EXIT_FAILURE;
-    }
+    if (synth_model_load_tiny(&g_dir, &g_m, &g_tok)) return EXIT_FAILURE;
     Suite *s = suite_create("engine");
     TCase *tc = epyq_test_case(s, "engine", 0);
     EPYQ_TESTS_ADD(tc, test_alone_vs_together, test_cancel_and_refusals, test_stop_strings,

@@ -241,15 +241,7 @@ static int setup(void) {
 }
 
 int main(void) {
-    g_dir = synth_model("ct", 1);
-    if (!g_dir) return EXIT_FAILURE;
-    epyq_err err = {0};
-    epyq_model_opts mo = {.path = EPYQ_PATH_A8, .n_threads = 1};
-    if (epyq_kern_init(&err) != EPYQ_OK || epyq_model_load(&g_m, g_dir, &mo, &err) != EPYQ_OK ||
-        epyq_tok_load(&g_tok, g_dir, &err) != EPYQ_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return EXIT_FAILURE;
-    }
+    if (synth_model_load_tiny(&g_dir, &g_m, &g_tok)) return EXIT_FAILURE;
     if (setup()) return EXIT_FAILURE;
     Suite *s = suite_create("engine_vision");
     TCase *tc = epyq_test_case(s, "engine_vision", 0);
