@@ -11,6 +11,17 @@
 
 #include "config.h"
 #include "core/util.h"
+#include "tools/tool_model.h"
+
+epyq_status epyq_tool_ep_model_dir(const epyq_ep *ep, const char *dir, const char *synthetic,
+                                   char **out, epyq_err *err) {
+    *out = NULL;
+    epyq_status st = ep->rank == 0 ? epyq_tool_model_dir(dir, synthetic, out, err) : EPYQ_OK;
+    if (!epyq_tool_ep_agree(ep, st == EPYQ_OK) && st == EPYQ_OK)
+        st = epyq_err_set(err, EPYQ_E_IO, "--ep: rank 0 could not find or generate the model");
+    if (st == EPYQ_OK && ep->rank != 0) st = epyq_tool_model_dir(dir, synthetic, out, err);
+    return st;
+}
 
 #ifdef EPYQ_HAVE_MPI
 

@@ -41,6 +41,10 @@ int epyq_tool_ep_max(const epyq_ep *ep, int v);
  * NUL-terminated copy of the bytes in *data, *len. */
 epyq_status epyq_tool_ep_share(const epyq_ep *ep, epyq_status st, char **data, size_t *len,
                                epyq_err *err);
+/* Collective: epyq_tool_model_dir on rank 0 first, then on the others, so a --synthetic model
+ * is generated once and not by every rank at once into the same cache folder. */
+epyq_status epyq_tool_ep_model_dir(const epyq_ep *ep, const char *dir, const char *synthetic,
+                                   char **out, epyq_err *err);
 /* Collective: rank 0's wall clock in seconds (epyq_spec_opts.clock; ctx is the epyq_ep). */
 double epyq_tool_ep_clock(void *ctx);
 /* After a failure mid-run: end the whole job instead of leaving the other ranks waiting. */
