@@ -320,12 +320,7 @@ int epyq_cmd_logits(int argc, char **argv) {
     result r = {0};
     if (st != EPYQ_OK) goto done;
     if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
-    if (ep) {
-        char what[64];
-        snprintf(what, sizeof what, "%s %s", epyq_kern()->name,
-                 o->path == EPYQ_PATH_A8 ? "a8" : "a16");
-        if ((st = epyq_tool_ep_check(ep, what, &err)) != EPYQ_OK) goto done;
-    }
+    if (ep && (st = epyq_tool_ep_check(ep, o->path, &err)) != EPYQ_OK) goto done;
     if ((st = epyq_config_load(&cfg, o->dir, &err)) != EPYQ_OK) goto done;
     have_cfg = true;
     if (o->n_images && (st = image_prompt(o, &err)) != EPYQ_OK) goto done;

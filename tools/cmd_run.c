@@ -261,12 +261,7 @@ int epyq_cmd_run(int argc, char **argv) {
     const bool lead = !ep || ep->rank == 0; /* --ep: rank 0 prints, the others compute along */
     if (st != EPYQ_OK) goto done;
     if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
-    if (ep) {
-        char what[64];
-        snprintf(what, sizeof what, "%s %s", epyq_kern()->name,
-                 o.path == EPYQ_PATH_A8 ? "a8" : "a16");
-        if ((st = epyq_tool_ep_check(ep, what, &err)) != EPYQ_OK) goto done;
-    }
+    if (ep && (st = epyq_tool_ep_check(ep, o.path, &err)) != EPYQ_OK) goto done;
     st = ep ? epyq_tool_ep_model_dir(ep, o.dir, o.synthetic, &dir, &err)
             : epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st != EPYQ_OK) goto done;

@@ -129,11 +129,11 @@ epyq_status epyq_tool_ep_open(epyq_ep **out, int *argc, char ***argv, epyq_err *
     return EPYQ_OK;
 }
 
-epyq_status epyq_tool_ep_check(const epyq_ep *ep, const char *what, epyq_err *err) {
+epyq_status epyq_tool_ep_check(const epyq_ep *ep, epyq_numpath path, epyq_err *err) {
     const ep_mpi *e = ep->ctx;
     if (!e->inited || ep->size == 1) return EPYQ_OK;
     char mine[64] = {0};
-    snprintf(mine, sizeof mine, "%s", what);
+    snprintf(mine, sizeof mine, "%s %s", epyq_kern()->name, path == EPYQ_PATH_A8 ? "a8" : "a16");
     char *all = calloc((size_t)ep->size, sizeof mine);
     int rc = all ? MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR,
                                  MPI_COMM_WORLD)
@@ -172,6 +172,11 @@ void epyq_tool_ep_report(const epyq_ep *ep, const char *what, int n_decode, doub
                 decode_s > 0 ? n_decode / decode_s : 0.0);
         fflush(stderr);
     }
+    epyq_tool_ep_reset(ep);
+}
+
+void epyq_tool_ep_reset(const epyq_ep *ep) {
+    ep_mpi *e = ep->ctx;
     e->calls = e->bytes = 0;
     e->t_wait = e->t_a2a = e->t_ag = 0;
 }
@@ -258,12 +263,13 @@ epyq_status epyq_tool_ep_open(epyq_ep **out, int *argc, char ***argv, epyq_err *
         err, EPYQ_E_ARG,
         "--ep: expected an epyq built with MPI (./configure --with-mpi), got one without");
 }
-epyq_status epyq_tool_ep_check(const epyq_ep *ep, const char *what, epyq_err *err) {
-    return (void)ep, (void)what, (void)err, EPYQ_OK;
+epyq_status epyq_tool_ep_check(const epyq_ep *ep, epyq_numpath path, epyq_err *err) {
+    return (void)ep, (void)path, (void)err, EPYQ_OK;
 }
 void epyq_tool_ep_report(const epyq_ep *ep, const char *what, int n_decode, double decode_s) {
     (void)ep, (void)what, (void)n_decode, (void)decode_s;
 }
+void epyq_tool_ep_reset(const epyq_ep *ep) { (void)ep; }
 bool epyq_tool_ep_agree(const epyq_ep *ep, bool ok) { return (void)ep, ok; }
 int epyq_tool_ep_max(const epyq_ep *ep, int v) { return (void)ep, v; }
 epyq_status epyq_tool_ep_share(const epyq_ep *ep, epyq_status st, char **data, size_t *len,

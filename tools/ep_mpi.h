@@ -22,16 +22,18 @@
  * the build has no MPI. EPYQ_EP_BARRIER=1 puts a barrier before every exchange, so the report
  * tells the wait for the slowest rank apart from the transfer (it costs one more round trip). */
 epyq_status epyq_tool_ep_open(epyq_ep **ep, int *argc, char ***argv, epyq_err *err);
-/* Collective: every rank must run the same kernels and numeric path (`what`, e.g.
- * "avx512_bf16 a8"): a dense part computed by other kernels gives other bits, the ranks' logits
- * and so their sampled tokens would part, and the job would hang or mix. */
-epyq_status epyq_tool_ep_check(const epyq_ep *ep, const char *what, epyq_err *err);
+/* Collective: every rank must run rank 0's kernels (epyq_kern) and int4 path: a dense part
+ * computed by other kernels gives other bits, the ranks' logits and so their sampled tokens
+ * would part, and the job would hang or mix. */
+epyq_status epyq_tool_ep_check(const epyq_ep *ep, epyq_numpath path, epyq_err *err);
 /* Collective; one JSON line on stderr (rank 0) about the exchanges since the last report (then
  * reset): ranks, label, exchanges (one per MoE layer per forward call), mean milliseconds of an
  * exchange (alltoallv + allgatherv) and of each part, the wait for the slowest rank (with
  * EPYQ_EP_BARRIER=1, else 0), bytes all ranks sent per exchange, and decode t/s when
  * n_decode > 0. */
 void epyq_tool_ep_report(const epyq_ep *ep, const char *what, int n_decode, double decode_s);
+/* Forget the exchanges so far (a warm-up's), on this rank. */
+void epyq_tool_ep_reset(const epyq_ep *ep);
 /* Collective: all ranks agree on a status (the worst); false when some rank failed. */
 bool epyq_tool_ep_agree(const epyq_ep *ep, bool ok);
 /* Collective: the largest v over the ranks. */
