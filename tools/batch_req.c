@@ -1,10 +1,15 @@
 /* tools/batch_req.c — see batch_req.h. */
 #include "tools/batch_req.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/util.h"
 
 static void fail(epyq_batch_req *r, const char *code, const char *msg) {
     snprintf(r->err_code, sizeof r->err_code, "%s", code);
@@ -170,4 +175,62 @@ void epyq_batch_req_free(epyq_batch_req *r) {
     cJSON_Delete(r->messages);
     cJSON_Delete(r->kwargs);
     memset(r, 0, sizeof *r);
+}
+
+epyq_status epyq_batch_done_ids(const char *path, cJSON **ids, epyq_err *err) {
+    *ids = cJSON_CreateObject();
+    char *data = NULL;
+    size_t len = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return EPYQ_OK; /* nothing written yet */
+    epyq_status st = epyq_file_read(path, (size_t)1 << 34, &data, &len, err);
+    if (st != EPYQ_OK) return st;
+    size_t keep = len;
+    while (keep > 0 && data[keep - 1] != '\n') keep--;
+    if (keep != len && truncate(path, (off_t)keep) != 0) {
+        free(data);
+        return epyq_err_set(err, EPYQ_E_IO, "%s: cannot drop the partial last line: %s", path,
+                            strerror(errno));
+    }
+    size_t line = 1;
+    for (char *p = data, *end; p < data + keep; p = end + 1, line++) {
+        end = memchr(p, '\n', (size_t)(data + keep - p));
+        *end = '\0';
+        cJSON *j = cJSON_Parse(p);
+        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+        if (!cJSON_IsString(cid)) {
+            cJSON_Delete(j);
+            free(data);
+            return epyq_err_set(
+                err, EPYQ_E_FORMAT,
+                "%s:%zu: not an epyq batch record (no custom_id); refusing to resume", path, line);
+        }
+        cJSON *cnt = cJSON_GetObjectItemCaseSensitive(*ids, cid->valuestring);
+        if (cnt) cJSON_SetNumberValue(cnt, cnt->valuedouble + 1);
+        else
+            cJSON_AddNumberToObject(*ids, cid->valuestring, 1);
+        cJSON_Delete(j);
+    }
+    free(data);
+    return EPYQ_OK;
+}
+
+char *epyq_batch_record_error(int64_t line_no, const char *custom_id, const char *code,
+                              const char *msg) {
+    cJSON *r = cJSON_CreateObject(), *resp = cJSON_CreateObject(), *e = cJSON_CreateObject();
+    char buf[64];
+    snprintf(buf, sizeof buf, "batch_req_%lld", (long long)line_no);
+    cJSON_AddStringToObject(r, "id", buf);
+    cJSON_AddStringToObject(r, "custom_id", custom_id ? custom_id : "");
+    cJSON_AddNumberToObject(resp, "status_code", 400);
+    snprintf(buf, sizeof buf, "req_%lld", (long long)line_no);
+    cJSON_AddStringToObject(resp, "request_id", buf);
+    cJSON_AddNullToObject(resp, "body");
+    cJSON_AddItemToObject(r, "response", resp);
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddItemToObject(r, "error", e);
+    char *s = cJSON_PrintUnformatted(r);
+    cJSON_Delete(r);
+    return s;
 }

@@ -15,6 +15,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/status.h"
+
 typedef struct {
     char *custom_id;       /* as given, or "line:N" */
     bool chat;             /* /v1/chat/completions (messages) vs /v1/completions (prompt) */
@@ -33,5 +35,13 @@ typedef struct {
 /* line_no is 1-based (names the record when no custom_id can be recovered). */
 void epyq_batch_req_parse(epyq_batch_req *r, const char *line, int64_t line_no);
 void epyq_batch_req_free(epyq_batch_req *r);
+
+/* The error record of input line line_no (1-based): status 400, body null, error {code,
+ * message}; malloc'd, NULL when out of memory. */
+char *epyq_batch_record_error(int64_t line_no, const char *custom_id, const char *code,
+                              const char *msg);
+/* --resume: truncate a partial last line of the output file at path, and return in *ids how
+ * many records each custom_id already has there ({} when the file does not exist). */
+epyq_status epyq_batch_done_ids(const char *path, cJSON **ids, epyq_err *err);
 
 #endif

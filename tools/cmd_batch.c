@@ -34,6 +34,7 @@
 #include "tools/batch_mpi.h"
 #include "tools/batch_req.h"
 #include "tools/cmd.h"
+#include "tools/ep_mpi.h"
 #include "tools/gen.h"
 #include "tools/media.h"
 #include "tools/tool_model.h"
@@ -45,7 +46,7 @@ typedef struct {
     const char *dir, *synthetic, *in, *out, *media_dir;
     int max_batch, ctx, threads, chunk;
     int cache_mb, cache_every; /* prefix reuse (engine.h: cache_bytes) */
-    bool resume, ctx_set;
+    bool resume, ctx_set, ep;
     epyq_numpath path;
     epyq_tool_rt rt; /* --kv-type, --numa... (tools/tool_model.h) */
     epyq_tool_spec spec; /* --spec, --draft, --draft-head */
@@ -83,6 +84,7 @@ struct batch {
     bool vision_tried;
     char no_vision[EPYQ_ERR_MSG_MAX + 64]; /* why image parts are refused */
     epyq_batch_mpi *mp;                    /* NULL: one process */
+    epyq_ep *ep;                           /* --ep: one model over the ranks; NULL: none */
     const epyq_config *cfg;
     char model_name[128];
     char lead_model[128]; /* MPI worker: the lead's model_name ("" with --synthetic) */
@@ -127,7 +129,9 @@ static void usage(FILE *f) {
         "results are on disk; rerun with --resume), 1 fatal error.\n"
         "\n"
         "Under mpirun or srun (an epyq built with MPI) the job runs over the ranks, each with its\n"
-        "own model copy; rank 0 reads the input and writes the output (README: batch over MPI).\n",
+        "own model copy; rank 0 reads the input and writes the output (README: batch over MPI).\n"
+        "With --ep the ranks run the whole job as one model instead, each holding 1/N of the\n"
+        "routed experts (README: --ep).\n",
         epyq_tool_rt_help, epyq_tool_spec_help);
 }
 
@@ -140,7 +144,8 @@ static int parse(int argc, char **argv, opts *o) {
         OPT_CHUNK,
         OPT_CACHE_MB,
         OPT_CACHE_EVERY,
-        OPT_MEDIA
+        OPT_MEDIA,
+        OPT_EP
     };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"allowed-media-dir", required_argument, 0, OPT_MEDIA},
@@ -156,6 +161,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"cache-mb", required_argument, 0, OPT_CACHE_MB},
                                        {"cache-every", required_argument, 0, OPT_CACHE_EVERY},
                                        {"help", no_argument, 0, 'h'},
+                                       {"ep", no_argument, 0, OPT_EP},
                                        EPYQ_TOOL_RT_LONGOPTS,
                                        EPYQ_TOOL_SPEC_LONGOPTS,
                                        {0, 0, 0, 0}};
@@ -182,6 +188,7 @@ static int parse(int argc, char **argv, opts *o) {
         case 'i': o->in = optarg; break;
         case 'o': o->out = optarg; break;
         case OPT_RESUME: o->resume = true; break;
+        case OPT_EP: o->ep = true; break;
         case OPT_MEDIA: o->media_dir = optarg; break;
         case OPT_MAXB: case 'c': case 't': case OPT_CHUNK: {
             long v;
@@ -207,29 +214,15 @@ static int parse(int argc, char **argv, opts *o) {
     if (optind < argc) return fprintf(stderr, "epyq batch: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq batch: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
     if (!o->in || !o->out) return fprintf(stderr, "epyq batch: -i FILE and -o FILE are required\n"), 2;
+    if (o->ep && o->rt.use_numa)
+        return fprintf(
+                   stderr,
+                   "epyq batch: --ep runs without NUMA placement: drop --numa* (and EPYQ_NUMA*)\n"),
+               2;
     return -1;
 }
 
 /* ---- output records -------------------------------------------------------------------- */
-
-static char *record_error(const job *j, const char *code, const char *msg) {
-    cJSON *r = cJSON_CreateObject(), *resp = cJSON_CreateObject(), *e = cJSON_CreateObject();
-    char buf[64];
-    snprintf(buf, sizeof buf, "batch_req_%lld", (long long)j->line_no);
-    cJSON_AddStringToObject(r, "id", buf);
-    cJSON_AddStringToObject(r, "custom_id", j->req.custom_id ? j->req.custom_id : "");
-    cJSON_AddNumberToObject(resp, "status_code", 400);
-    snprintf(buf, sizeof buf, "req_%lld", (long long)j->line_no);
-    cJSON_AddStringToObject(resp, "request_id", buf);
-    cJSON_AddNullToObject(resp, "body");
-    cJSON_AddItemToObject(r, "response", resp);
-    cJSON_AddStringToObject(e, "code", code);
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddItemToObject(r, "error", e);
-    char *s = cJSON_PrintUnformatted(r);
-    cJSON_Delete(r);
-    return s;
-}
 
 static char *record_ok(const batch *b, const job *j) {
     cJSON *r = cJSON_CreateObject(), *resp = cJSON_CreateObject(), *body = cJSON_CreateObject();
@@ -289,8 +282,15 @@ static char *record_ok(const batch *b, const job *j) {
  * its own records to the lead instead, in the same order. */
 static epyq_status flush_prefix(batch *b, epyq_err *err) {
     bool wrote = false, worker = epyq_batch_mpi_rank(b->mp) != 0;
+    const bool follower = b->ep && b->ep->rank != 0; /* --ep: rank 0 has the same records */
     while (b->next_write < b->n_jobs) {
         job *j = &b->jobs[b->next_write];
+        if (follower && j->state == JOB_DONE) {
+            free(j->record);
+            j->record = NULL;
+            b->next_write++;
+            continue;
+        }
         if (j->state == JOB_SKIPPED || (worker && j->state == JOB_REMOTE)) {
             b->next_write++;
             continue;
@@ -327,7 +327,7 @@ static epyq_status flush_prefix(batch *b, epyq_err *err) {
 /* ---- the job table --------------------------------------------------------------------- */
 
 static void job_finish_error(batch *b, job *j, const char *code, const char *msg) {
-    j->record = record_error(j, code, msg);
+    j->record = epyq_batch_record_error(j->line_no, j->req.custom_id, code, msg);
     j->state = JOB_DONE;
     j->failed = true;
     b->n_failed++;
@@ -426,6 +426,7 @@ static epyq_status job_admit(batch *b, job *j, epyq_err *err) {
 }
 
 static void progress(batch *b, bool final) {
+    if (b->ep && b->ep->rank != 0) return; /* --ep: rank 0's line covers the job */
     double now = epyq_now();
     bool tty = isatty(2);
     if (!final && now - b->last_progress < (tty ? 0.5 : 10.0)) return;
@@ -447,6 +448,8 @@ static void progress(batch *b, bool final) {
     if (final && b->mp)
         fprintf(stderr, "batch: %d ranks (prefix cache and spec figures below are rank 0's)\n",
                 epyq_batch_mpi_size(b->mp));
+    if (final && b->ep && b->ep->size > 1)
+        fprintf(stderr, "batch: --ep, one model over %d ranks\n", b->ep->size);
     if (final)
         fprintf(
             stderr,
@@ -468,50 +471,21 @@ static void progress(batch *b, bool final) {
     }
 }
 
-/* --resume: truncate a partial last line, return the custom_ids already written. */
-static epyq_status read_done_ids(const char *path, cJSON **ids, epyq_err *err) {
-    *ids = cJSON_CreateObject();
-    char *data = NULL;
-    size_t len = 0;
-    struct stat sb;
-    if (stat(path, &sb) != 0) return EPYQ_OK; /* nothing written yet */
-    epyq_status st = epyq_file_read(path, (size_t)1 << 34, &data, &len, err);
-    if (st != EPYQ_OK) return st;
-    size_t keep = len;
-    while (keep > 0 && data[keep - 1] != '\n') keep--;
-    if (keep != len && truncate(path, (off_t)keep) != 0) {
-        free(data);
-        return epyq_err_set(err, EPYQ_E_IO, "%s: cannot drop the partial last line: %s", path, strerror(errno));
-    }
-    size_t line = 1;
-    for (char *p = data, *end; p < data + keep; p = end + 1, line++) {
-        end = memchr(p, '\n', (size_t)(data + keep - p));
-        *end = '\0';
-        cJSON *j = cJSON_Parse(p);
-        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
-        if (!cJSON_IsString(cid)) {
-            cJSON_Delete(j);
-            free(data);
-            return epyq_err_set(err, EPYQ_E_FORMAT, "%s:%zu: not an epyq batch record (no custom_id); refusing to resume", path, line);
-        }
-        cJSON *cnt = cJSON_GetObjectItemCaseSensitive(*ids, cid->valuestring);
-        if (cnt) cJSON_SetNumberValue(cnt, cnt->valuedouble + 1);
-        else cJSON_AddNumberToObject(*ids, cid->valuestring, 1);
-        cJSON_Delete(j);
-    }
-    free(data);
-    return EPYQ_OK;
+/* Rank 0's status and bytes to every rank: the data-parallel ranks' or --ep's. */
+static epyq_status share(batch *b, epyq_status st, char **data, size_t *len, epyq_err *err) {
+    return b->ep ? epyq_tool_ep_share(b->ep, st, data, len, err)
+                 : epyq_batch_mpi_share(b->mp, st, data, len, err);
 }
+static int rank_of(const batch *b) { return b->ep ? b->ep->rank : epyq_batch_mpi_rank(b->mp); }
 
 /* Read and parse every input line; mark duplicates and already-finished ones. */
 static epyq_status load_jobs(batch *b, cJSON *done_ids, epyq_err *err) {
     char *data = NULL;
     size_t len = 0;
     /* MPI: the lead reads the file, every rank parses the same bytes */
-    epyq_status st = epyq_batch_mpi_rank(b->mp)
-                         ? EPYQ_OK
-                         : epyq_file_read(b->o->in, (size_t)1 << 34, &data, &len, err);
-    st = epyq_batch_mpi_share(b->mp, st, &data, &len, err);
+    epyq_status st =
+        rank_of(b) ? EPYQ_OK : epyq_file_read(b->o->in, (size_t)1 << 34, &data, &len, err);
+    st = share(b, st, &data, &len, err);
     epyq_batch_mpi_start(b->mp); /* the last shared step: from here a worker's failure is its own */
     if (st != EPYQ_OK) return st;
     size_t cap = 64;
@@ -571,12 +545,12 @@ static void model_name_of(const char *dir, char *out, size_t n) {
 /* The lead's --resume findings, as JSON, and its model folder's name (ranks on other hosts may
  * load the model from folders of other names; the records name the lead's) to every rank. */
 static epyq_status share_done_ids(batch *b, epyq_status st, cJSON **done_ids, epyq_err *err) {
-    const bool lead = epyq_batch_mpi_rank(b->mp) == 0;
+    const bool lead = rank_of(b) == 0;
     char *s = NULL;
     size_t n = 0;
     if (lead && b->o->dir) model_name_of(b->o->dir, b->model_name, sizeof b->model_name);
     if (lead) s = b->model_name, n = strlen(s);
-    st = epyq_batch_mpi_share(b->mp, st, &s, &n, err);
+    st = share(b, st, &s, &n, err);
     if (st == EPYQ_OK && !lead) {
         snprintf(b->lead_model, sizeof b->lead_model, "%s", s);
         free(s);
@@ -588,7 +562,7 @@ static epyq_status share_done_ids(batch *b, epyq_status st, cJSON **done_ids, ep
         else
             n = strlen(s);
     }
-    st = epyq_batch_mpi_share(b->mp, st, &s, &n, err);
+    st = share(b, st, &s, &n, err);
     if (st == EPYQ_OK && !lead) {
         cJSON_Delete(*done_ids);
         *done_ids = cJSON_Parse(s);
@@ -663,6 +637,20 @@ static int report_workers(const batch *b) {
     return n;
 }
 
+/* --ep: the ranks see a signal at different steps; stop at the first step any rank saw one. */
+static bool ep_stop(batch *b) {
+    if (b->ep) g_stop = epyq_tool_ep_max(b->ep, g_stop);
+    return g_stop != 0;
+}
+
+/* --ep: a rank that fails mid-job ends the job: the others would wait in its next exchange.
+ * Rank 0 has written the finished prefix; --resume continues it. */
+static void ep_fail(batch *b, const epyq_err *err) {
+    fprintf(stderr, "epyq: rank %d: %s\n", b->ep->rank, err->msg);
+    if (b->out_fd >= 0) fsync(b->out_fd);
+    epyq_tool_ep_abort(b->ep, 1);
+}
+
 int epyq_cmd_batch(int argc, char **argv) {
     opts o = {0};
     int rc = parse(argc, argv, &o);
@@ -671,9 +659,11 @@ int epyq_cmd_batch(int argc, char **argv) {
     batch b = {.o = &o, .out_fd = -1};
     char *dir = NULL;
     cJSON *done_ids = NULL;
-    epyq_status st = epyq_batch_mpi_open(&b.mp, &argc, &argv, &err);
+    /* --ep: every rank runs the whole job as one model; else a launcher's ranks share it out */
+    epyq_status st = o.ep ? epyq_tool_ep_open(&b.ep, &argc, &argv, &err)
+                          : epyq_batch_mpi_open(&b.mp, &argc, &argv, &err);
     if (st != EPYQ_OK) return fprintf(stderr, "epyq: %s\n", err.msg), 1;
-    const bool lead = epyq_batch_mpi_rank(b.mp) == 0;
+    const bool lead = rank_of(&b) == 0;
     st = epyq_kern_init(&err);
     /* a worker's own failure before the shared steps: they still run (the lead waits in them),
      * the FIN reports it */
@@ -686,13 +676,17 @@ int epyq_cmd_batch(int argc, char **argv) {
         if (stat(o.out, &sb) == 0 && sb.st_size > 0)
             st = epyq_err_set(&err, EPYQ_E_ARG, "%s exists and is not empty: use --resume to continue it, or remove it", o.out);
     }
-    if (st == EPYQ_OK && lead) st = o.resume ? read_done_ids(o.out, &done_ids, &err) : EPYQ_OK;
+    if (st == EPYQ_OK && lead)
+        st = o.resume ? epyq_batch_done_ids(o.out, &done_ids, &err) : EPYQ_OK;
     if (st == EPYQ_OK && !done_ids) done_ids = cJSON_CreateObject();
-    if (b.mp) st = share_done_ids(&b, st, &done_ids, &err);
+    /* --ep: rank 0 finds (or generates) the model before the others look for it */
+    if (st == EPYQ_OK && b.ep && lead) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (b.mp || b.ep) st = share_done_ids(&b, st, &done_ids, &err);
+    const bool lead_failed = st != EPYQ_OK; /* rank 0's error, which only rank 0 prints */
     if (st == EPYQ_OK) st = load_jobs(&b, done_ids, &err);
     if (st == EPYQ_OK && b.mp) st = assign_jobs(&b, &err);
     if (st == EPYQ_OK && st_own != EPYQ_OK) st = st_own, err = err_own;
-    if (st == EPYQ_OK) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st == EPYQ_OK && !dir) st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
     if (st == EPYQ_OK) st = epyq_tok_load(&b.tok, dir, &err);
     b.dir = dir;
     if (st == EPYQ_OK) {
@@ -706,12 +700,14 @@ int epyq_cmd_batch(int argc, char **argv) {
                           .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
-                          .requant_dense = o.rt.rq_dense};
+                          .requant_dense = o.rt.rq_dense,
+                          .ep = b.ep};
     if (st == EPYQ_OK) st = epyq_tool_model_load(&b.m, dir, &mo, &err);
     if (st == EPYQ_OK) {
         b.cfg = epyq_model_config(b.m);
         model_name_of(b.lead_model[0] ? b.lead_model : dir, b.model_name, sizeof b.model_name);
-        epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it can hold */
+        if (lead)
+            epyq_tool_ctx_report(b.m, b.ctx_limit, o.max_batch, o.rt.kv); /* the most it holds */
         const epyq_engine_opts eo = {.max_seqs = o.max_batch,
                                      .chunk = o.chunk,
                                      .ctx_limit = b.ctx_limit,
@@ -719,13 +715,20 @@ int epyq_cmd_batch(int argc, char **argv) {
                                      .cache_bytes = (uint64_t)o.cache_mb << 20,
                                      .cache_every = o.cache_every,
                                      .spec_k = o.spec.on ? o.spec.draft : 0,
-                                     .spec_adaptive = true};
+                                     .spec_adaptive = true,
+                                     .spec_clock = b.ep ? epyq_tool_ep_clock : NULL,
+                                     .spec_clock_ctx = b.ep};
         st = epyq_engine_create(&b.eng, b.m, b.tok, &eo, &err);
     }
     if (st == EPYQ_OK && lead) {
         b.out_fd = open(o.out, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (b.out_fd < 0) st = epyq_err_set(&err, EPYQ_E_IO, "%s: cannot open for writing: %s", o.out, strerror(errno));
     }
+    /* --ep: start together or not at all; from here a failing rank ends the job (ep_fail) */
+    if (b.ep && !epyq_tool_ep_agree(b.ep, st == EPYQ_OK) && st == EPYQ_OK)
+        st = epyq_err_set(&err, EPYQ_E_IO,
+                          "--ep: another rank failed to start (its error is above)");
+    if (b.ep && st == EPYQ_OK) st = epyq_tool_ep_check(b.ep, o.path, &err);
     if (st == EPYQ_OK) {
         for (size_t i = 0; i < b.n_jobs; i++) b.n_todo += b.jobs[i].state != JOB_SKIPPED;
         struct sigaction sa = {0};
@@ -733,7 +736,7 @@ int epyq_cmd_batch(int argc, char **argv) {
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         b.t0 = epyq_now();
-        while (st == EPYQ_OK && !g_stop && !epyq_batch_mpi_stop_asked(b.mp)) {
+        while (st == EPYQ_OK && !ep_stop(&b) && !epyq_batch_mpi_stop_asked(b.mp)) {
             while (st == EPYQ_OK && epyq_engine_free_slots(b.eng) > 0 && b.next_admit < b.n_jobs) {
                 job *j = &b.jobs[b.next_admit++];
                 if (j->state == JOB_PENDING) st = job_admit(&b, j, &err);
@@ -743,15 +746,25 @@ int epyq_cmd_batch(int argc, char **argv) {
             if (st == EPYQ_OK) st = epyq_batch_mpi_poll(b.mp, 0, on_remote_record, &b, &err);
             if (st == EPYQ_OK) st = flush_prefix(&b, &err);
             progress(&b, false);
+            if (st != EPYQ_OK && b.ep && b.ep->size > 1) ep_fail(&b, &err);
             if (!epyq_engine_active(b.eng) && b.next_admit >= b.n_jobs) break;
         }
+    }
+    if (b.ep && st == EPYQ_OK) { /* collective, and before the last write, which may fail alone */
+        epyq_engine_stats es;
+        epyq_engine_get_stats(b.eng, &es);
+        epyq_tool_ep_report(b.ep, "batch", (int)es.gen_tokens, es.decode_s);
     }
     if (b.mp && lead) st = wait_workers(&b, st, &err);
     if (b.eng) {
         if (st == EPYQ_OK) st = flush_prefix(&b, &err); /* interrupted: the finished prefix only */
         progress(&b, true);
     }
-    if (!lead) { /* a worker's status and error line go to the lead, which reports them */
+    if (!lead && b.ep) { /* --ep: rank 0's status; only its own failures are this rank's to say */
+        rc = st != EPYQ_OK ? 1 : g_stop == SIGTERM ? 143 : g_stop ? 130 : b.n_failed ? 2 : 0;
+        if (st != EPYQ_OK && !lead_failed)
+            fprintf(stderr, "epyq: rank %d: %s\n", b.ep->rank, err.msg);
+    } else if (!lead) { /* a worker's status and error line go to the lead, which reports them */
         epyq_engine_stats es = {0};
         if (b.eng) epyq_engine_get_stats(b.eng, &es);
         const epyq_batch_mpi_stats ms = {es.gen_tokens, es.prompt_tokens, es.cached_tokens};
@@ -789,5 +802,6 @@ int epyq_cmd_batch(int argc, char **argv) {
     /* last: MPI_Finalize waits for every rank, and mpirun may kill a rank that waits there
      * after a signal, so everything is said and written before it */
     epyq_batch_mpi_close(b.mp);
+    epyq_tool_ep_close(b.ep);
     return rc;
 }

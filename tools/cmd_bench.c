@@ -29,6 +29,7 @@
 #include "model/spec.h"
 #include "tools/bench_progress.h"
 #include "tools/cmd.h"
+#include "tools/ep_mpi.h"
 #include "tools/tool_model.h"
 
 #define MAX_LIST 16
@@ -50,6 +51,8 @@ typedef struct {
     int n_accept;
     epyq_requant draft_head;       /* --draft-head */
     size_t membw_bytes;
+    bool ep;            /* --ep */
+    const epyq_ep *epc; /* its ranks; NULL without --ep */
 } opts;
 
 typedef struct {
@@ -61,43 +64,47 @@ typedef struct {
 } row;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: epyq bench (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
-            "\n"
-            "llama-bench style throughput: prompt processing (ppN), generation (tgN) and batched\n"
-            "decoding (tgN bB), with weight GB/s and the fraction of the read bandwidth measured\n"
-            "by a probe with the same threads right after each repetition.\n"
-            "\n"
-            "  -m, --model DIR          checkpoint folder\n"
-            "  --synthetic SPEC         35b-a3b[:ct|gptq|quark|awq|bf16] or tiny[:FORMAT]: generated\n"
-            "                           once into $XDG_CACHE_HOME/epyq (default format ct)\n"
-            "  -p, --n-prompt LIST      prompt lengths (default 512; 0 = none)\n"
-            "  -n, --n-gen LIST         generation lengths (default 128; 0 = none)\n"
-            "  -t, --threads LIST       thread counts (default: all allowed CPUs)\n"
-            "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
-            "  -r, --repetitions N      timed repetitions per test (default 5)\n"
-            "  -o, --output FMT         md (default), csv, json or jsonl\n"
-            "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
-            "                           (default a8; switched without reloading the model)\n"
-            "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
-            "  --spec LIST              none, mtp:K (MTP drafts, K per step, adaptive as in run),\n"
-            "                           mtp:K:fixed (drafting every step) or mtp:K:forced (every\n"
-            "                           draft accepted: the cost side, benchmark only); batch-1 tg\n"
-            "  --accept LIST            with mtp:K:forced: t/s projected at these per-position\n"
-            "                           acceptance rates (e.g. 0.93,0.85)\n"
-            "  --draft-head KIND        int4 (default), int8 or bf16: the lm_head copy MTP drafts read\n"
-            "  --requant SPEC           lm_head=int8|int4, dense=int8|int4 (comma-separated):\n"
-            "                           16-bit linears requantised at load (default: exact)\n"
-            "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
-            "  --no-warmup              skip the untimed warm-up run\n"
-            "  --numa MODE              auto|off|distribute|...: routed experts on the NUMA plan's\n"
-            "                           node pools (numa/README.md); default: one pool\n"
-            "  --numa-split N           the same on N logical nodes of this machine\n"
-            "  -h, --help               this text\n"
-            "\n"
-            "GB/s: the weight bytes the test's forward calls streamed over its time: every\n"
-            "projection, router and shared expert, the routed experts each step's tokens chose\n"
-            "(counted once per step: up to B x top-k for tg bB), the lm_head.\n");
+    fprintf(
+        f,
+        "usage: epyq bench (-m DIR | --synthetic SHAPE[:FORMAT]) [options]\n"
+        "\n"
+        "llama-bench style throughput: prompt processing (ppN), generation (tgN) and batched\n"
+        "decoding (tgN bB), with weight GB/s and the fraction of the read bandwidth measured\n"
+        "by a probe with the same threads right after each repetition.\n"
+        "\n"
+        "  -m, --model DIR          checkpoint folder\n"
+        "  --synthetic SPEC         35b-a3b[:ct|gptq|quark|awq|bf16] or tiny[:FORMAT]: generated\n"
+        "                           once into $XDG_CACHE_HOME/epyq (default format ct)\n"
+        "  -p, --n-prompt LIST      prompt lengths (default 512; 0 = none)\n"
+        "  -n, --n-gen LIST         generation lengths (default 128; 0 = none)\n"
+        "  -t, --threads LIST       thread counts (default: all allowed CPUs)\n"
+        "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
+        "  -r, --repetitions N      timed repetitions per test (default 5)\n"
+        "  -o, --output FMT         md (default), csv, json or jsonl\n"
+        "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
+        "                           (default a8; switched without reloading the model)\n"
+        "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
+        "  --spec LIST              none, mtp:K (MTP drafts, K per step, adaptive as in run),\n"
+        "                           mtp:K:fixed (drafting every step) or mtp:K:forced (every\n"
+        "                           draft accepted: the cost side, benchmark only); batch-1 tg\n"
+        "  --accept LIST            with mtp:K:forced: t/s projected at these per-position\n"
+        "                           acceptance rates (e.g. 0.93,0.85)\n"
+        "  --draft-head KIND        int4 (default), int8 or bf16: the lm_head copy MTP drafts read\n"
+        "  --requant SPEC           lm_head=int8|int4, dense=int8|int4 (comma-separated):\n"
+        "                           16-bit linears requantised at load (default: exact)\n"
+        "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
+        "  --no-warmup              skip the untimed warm-up run\n"
+        "  --numa MODE              auto|off|distribute|...: routed experts on the NUMA plan's\n"
+        "                           node pools (numa/README.md); default: one pool\n"
+        "  --numa-split N           the same on N logical nodes of this machine\n"
+        "  --ep                     under mpirun/srun: one model over the ranks, each holding\n"
+        "                           1/N of the routed experts; rank 0 prints, and a JSON line\n"
+        "                           per test with its exchange times (README: --ep)\n"
+        "  -h, --help               this text\n"
+        "\n"
+        "GB/s: the weight bytes the test's forward calls streamed over its time: every\n"
+        "projection, router and shared expert, the routed experts each step's tokens chose\n"
+        "(counted once per step: up to B x top-k for tg bB), the lm_head.\n");
 }
 
 static int parse_list(const char *what, const char *s, int *out, int *n, int lo) {
@@ -131,6 +138,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"spec", required_argument, 0, 'X'},
                                        {"accept", required_argument, 0, 'A'},
                                        {"draft-head", required_argument, 0, 'D'},
+                                       {"ep", no_argument, 0, 'e'},
                                        {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
@@ -186,6 +194,7 @@ static int parse(int argc, char **argv, opts *o) {
             if (o->n_paths == 0) return fprintf(stderr, "epyq bench: --path: empty list\n"), 2;
             break;
         case 'N': o->warmup = false; break;
+        case 'e': o->ep = true; break;
         case 'X':
             o->n_spec = 0;
             for (const char *p = optarg; *p;) {
@@ -233,6 +242,8 @@ static int parse(int argc, char **argv, opts *o) {
     if (optind < argc) return fprintf(stderr, "epyq bench: unexpected argument '%s'\n", argv[optind]), 2;
     if (!o->dir == !o->synthetic)
         return fprintf(stderr, "epyq bench: give exactly one of -m DIR or --synthetic SHAPE[:FORMAT]\n"), 2;
+    if (o->ep && o->rt.use_numa)
+        return fprintf(stderr, "epyq bench: --ep runs without NUMA placement: drop --numa*\n"), 2;
     return -1;
 }
 
@@ -299,6 +310,7 @@ static double run_tg_spec(bench_ctx *c, int n, int k, bool forced, bool fixed, e
     epyq_seq_reset(s);
     epyq_spec *sp = NULL;
     epyq_spec_opts so = {.k = k, .forced = forced, .adaptive = !fixed};
+    if (c->o->epc) so.clock = epyq_tool_ep_clock, so.clock_ctx = (void *)c->o->epc;
     if (epyq_spec_create(&sp, c->m, s, &so, err) != EPYQ_OK) return -1;
     int32_t prompt = synth_token(1000, c->V), first, out[EPYQ_SPEC_MAX];
     double t0 = epyq_now();
@@ -338,7 +350,11 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+/* --ep: ranks other than 0 compute along and print nothing */
+static bool g_quiet;
+
 static void print_header(out_fmt f) {
+    if (g_quiet) return;
     if (f == OUT_MD) {
         printf("| model | format | size | params | isa | path | threads | numa | test | spec | accept | t/s | GB/s | %% read bw |\n");
         printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
@@ -351,6 +367,7 @@ static void print_header(out_fmt f) {
 }
 
 static void print_row(out_fmt f, const row *r, bool first) {
+    if (g_quiet) return;
     if (f == OUT_MD) {
         char size[32], params[32];
         if (r->size_gib >= 1.0) snprintf(size, sizeof size, "%.2f GiB", r->size_gib);
@@ -414,7 +431,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                           .draft_head = any_spec ? o->draft_head : EPYQ_REQUANT_NONE,
                           .numa = o->rt.use_numa ? &numa : NULL,
                           .requant_lm_head = o->rt.rq_lm_head,
-                          .requant_dense = o->rt.rq_dense};
+                          .requant_dense = o->rt.rq_dense,
+                          .ep = o->epc};
     bench_ctx c = {.o = o, .pg = pg};
     epyq_status st = epyq_tool_model_load(&c.m, dir, &mo, err);
     if (st != EPYQ_OK) return st;
@@ -465,6 +483,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         int n = o->pp[i];
         if (n == 0) continue;
         if (o->warmup && timed_pp(&c, n, 0, err) < 0) st = err->code;
+        if (o->epc) epyq_tool_ep_reset(o->epc); /* the report covers the timed runs */
         for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
             double dt = timed_pp(&c, n, k + 1, err);
             if (dt < 0) st = err->code;
@@ -482,6 +501,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         epyq_bench_progress_clear(pg);
         print_row(o->out, &r, *first);
         *first = false;
+        if (o->epc) epyq_tool_ep_report(o->epc, r.test, 0, 0);
     }
     for (int i = 0; st == EPYQ_OK && i < o->n_tg; i++) {
         for (int bi = 0; st == EPYQ_OK && bi < o->n_bat; bi++) {
@@ -502,6 +522,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                 }
                 if (dt < 0) st = err->code;
             }
+            double ep_tok = 0, ep_s = 0; /* --ep: decode tokens and seconds of the timed runs */
+            if (o->epc) epyq_tool_ep_reset(o->epc);
             for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
                 if (K) {
                     epyq_bench_progress_start(pg, k + 1, o->reps);
@@ -510,6 +532,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                     if (dt < 0) st = err->code;
                     else {
                         samples[k] = (double)(sv.emitted + sv.plain + 1) / dt, gbs[k] = 0;
+                        ep_tok += (double)(sv.emitted + sv.plain + 1), ep_s += dt;
                         plain += (double)sv.plain, switches += (double)sv.switches;
                         double steps = (double)(sv.steps ? sv.steps : 1); /* per verify step */
                         tsteps += dt / steps, acc += (double)sv.emitted / steps;
@@ -520,6 +543,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                     double dt = timed_tg(&c, n, B, k + 1, err);
                     if (dt < 0) st = err->code;
                     else samples[k] = (double)n * B / dt, gbs[k] = c.bytes / dt / 1e9;
+                    if (dt >= 0) ep_tok += (double)n * B, ep_s += dt;
                 }
                 probes[k] = probe_gbps(o, threads);
             }
@@ -536,10 +560,15 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
             *first = false;
-            if (K && plain > 0)
+            if (o->epc) {
+                char what[96];
+                snprintf(what, sizeof what, "%s%s%s", r.test, K ? " " : "", K ? r.spec : "");
+                epyq_tool_ep_report(o->epc, what, (int)ep_tok, ep_s);
+            }
+            if (!g_quiet && K && plain > 0)
                 fprintf(stderr, "spec %s: adaptive: %.0f of %d tokens a repetition decoded plainly, %.1f switches\n",
                         r.spec, plain / o->reps, n, switches / o->reps);
-            else if (K)
+            else if (!g_quiet && K)
                 fprintf(stderr, "spec %s: per verify step %.1f ms = drafts %.1f + verify %.1f + rollback %.2f ms, "
                         "%.2f tokens/step\n", r.spec, 1e3 * tsteps / o->reps, 1e3 * split[0] / o->reps,
                         1e3 * split[1] / o->reps, 1e3 * split[2] / o->reps, r.accept_len);
@@ -574,9 +603,16 @@ int epyq_cmd_bench(int argc, char **argv) {
     char *dir = NULL;
     epyq_weights *w = NULL;
     epyq_bind_opts bo = {.skip_mtp = true};
-    epyq_status st = epyq_kern_init(&err);
+    epyq_ep *ep = NULL;
+    epyq_status st = o.ep ? epyq_tool_ep_open(&ep, &argc, &argv, &err) : EPYQ_OK;
+    o.epc = ep;
+    g_quiet = ep && ep->rank != 0;
     if (st != EPYQ_OK) goto done;
-    if ((st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err)) != EPYQ_OK) goto done;
+    if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
+    if (ep && (st = epyq_tool_ep_check(ep, o.paths[0], &err)) != EPYQ_OK) goto done;
+    st = ep ? epyq_tool_ep_model_dir(ep, o.dir, o.synthetic, &dir, &err)
+            : epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st != EPYQ_OK) goto done;
     if ((st = epyq_weights_bind(&w, dir, &bo, &err)) != EPYQ_OK) goto done;
     epyq_weights_stats ws;
     epyq_weights_stats_get(w, &ws);
@@ -590,18 +626,22 @@ int epyq_cmd_bench(int argc, char **argv) {
     epyq_bench_progress pg;
     epyq_bench_progress_init(&pg, o.pp, o.n_pp, o.tg, o.n_tg, o.bat, o.n_bat, o.thr, o.n_thr,
                              o.n_paths, o.n_spec, o.reps, o.warmup);
+    pg.tty = pg.tty && !g_quiet;
     print_header(o.out);
     for (int i = 0; st == EPYQ_OK && i < o.n_thr; i++)
         st = bench_threads(&o, dir, o.thr[i], &ws, params, fmt, &first, &pg, &err);
     epyq_bench_progress_clear(&pg);
     epyq_bench_progress_free(&pg);
-    if (o.out == OUT_JSON) printf("\n]\n");
+    if (o.out == OUT_JSON && !g_quiet) printf("\n]\n");
 done:
     epyq_weights_free(w);
     free(dir);
     if (st != EPYQ_OK) {
-        fprintf(stderr, "epyq: %s\n", err.msg);
-        return 1;
+        if (ep && ep->size > 1) fprintf(stderr, "epyq: rank %d: %s\n", ep->rank, err.msg);
+        else
+            fprintf(stderr, "epyq: %s\n", err.msg);
+        if (ep) epyq_tool_ep_abort(ep, 1); /* the other ranks would wait in an exchange */
     }
-    return 0;
+    epyq_tool_ep_close(ep);
+    return st == EPYQ_OK ? 0 : 1;
 }

@@ -320,6 +320,7 @@ int epyq_cmd_logits(int argc, char **argv) {
     result r = {0};
     if (st != EPYQ_OK) goto done;
     if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
+    if (ep && (st = epyq_tool_ep_check(ep, o->path, &err)) != EPYQ_OK) goto done;
     if ((st = epyq_config_load(&cfg, o->dir, &err)) != EPYQ_OK) goto done;
     have_cfg = true;
     if (o->n_images && (st = image_prompt(o, &err)) != EPYQ_OK) goto done;
@@ -332,7 +333,7 @@ int epyq_cmd_logits(int argc, char **argv) {
         goto done;
     }
     if ((st = o->ref ? run_ref(o, &r, &err) : run_model(o, &r, &err)) != EPYQ_OK) goto done;
-    if (ep) epyq_tool_ep_report(ep, o->n_decode, r.decode_s);
+    if (ep) epyq_tool_ep_report(ep, "logits", o->n_decode, r.decode_s);
     if (!lead) goto done;
     if (o->out && (st = epyq_file_write_atomic(
                        o->out, r.rows, (size_t)r.n_rows * r.V * sizeof(float), &err)) != EPYQ_OK)

@@ -14,6 +14,7 @@
 #include "core/util.h"
 #include "model/spec.h"
 #include "tools/cmd.h"
+#include "tools/ep_mpi.h"
 #include "tools/gen.h"
 #include "tools/tool_model.h"
 
@@ -47,6 +48,8 @@ static void usage(FILE *f) {
         "  --temp X, --top-k N, --top-p X, --min-p X, --repeat-penalty X, --presence-penalty X\n"
         "                         sampling (defaults from generation_config.json; --temp 0 = greedy)\n"
         "  --path a16|a8          int4 expert kernels' numeric path (default a8)\n"
+        "  --ep                   under mpirun/srun: one model over the ranks, each holding 1/N\n"
+        "                         of the routed experts (rank 0 prints; README: --ep)\n"
         "%s%s"
         "  -h, --help             this text\n",
         epyq_tool_spec_help, epyq_tool_rt_help);
@@ -72,6 +75,7 @@ typedef struct {
     long top_k;
     unsigned long long seed;
     epyq_tool_rt rt; /* --kv-type, --numa... */
+    bool ep;         /* --ep */
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
@@ -86,7 +90,8 @@ static int parse(int argc, char **argv, opts *o) {
         O_PRES,
         O_PATH,
         O_SYN,
-        O_IMAGE
+        O_IMAGE,
+        O_EP
     };
     static const struct option lo[] = {{"model", required_argument, 0, 'm'},
                                        {"synthetic", required_argument, 0, O_SYN},
@@ -106,6 +111,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"presence-penalty", required_argument, 0, O_PRES},
                                        {"path", required_argument, 0, O_PATH},
                                        {"image", required_argument, 0, O_IMAGE},
+                                       {"ep", no_argument, 0, O_EP},
                                        {"help", no_argument, 0, 'h'},
                                        EPYQ_TOOL_SPEC_LONGOPTS,
                                        EPYQ_TOOL_RT_LONGOPTS,
@@ -133,6 +139,7 @@ static int parse(int argc, char **argv, opts *o) {
         case 'f': o->file = optarg; break;
         case O_CHAT: o->chat = true; break;
         case O_NOTHINK: o->no_think = true; break;
+        case O_EP: o->ep = true; break;
         case O_IMAGE:
             if (o->n_images == 16)
                 return fprintf(stderr, "epyq run: --image: at most 16 images\n"), 2;
@@ -165,6 +172,11 @@ static int parse(int argc, char **argv, opts *o) {
     o->spec_k = o->spec.on ? o->spec.draft : 0;
     if (!o->dir == !o->synthetic) return fprintf(stderr, "epyq run: give exactly one of -m DIR or --synthetic SPEC\n"), 2;
     if (!o->prompt == !o->file) return fprintf(stderr, "epyq run: give exactly one of -p TEXT or -f FILE\n"), 2;
+    if (o->ep && o->rt.use_numa)
+        return fprintf(
+                   stderr,
+                   "epyq run: --ep runs without NUMA placement: drop --numa* (and EPYQ_NUMA*)\n"),
+               2;
     return -1;
 }
 
@@ -244,9 +256,15 @@ int epyq_cmd_run(int argc, char **argv) {
     size_t n_ids = 0;
     epyq_vision_prompt vp = {0};
     epyq_gen_stats gs = {0};
-    epyq_status st = epyq_kern_init(&err);
+    epyq_ep *ep = NULL;
+    epyq_status st = o.ep ? epyq_tool_ep_open(&ep, &argc, &argv, &err) : EPYQ_OK;
+    const bool lead = !ep || ep->rank == 0; /* --ep: rank 0 prints, the others compute along */
     if (st != EPYQ_OK) goto done;
-    if ((st = epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err)) != EPYQ_OK) goto done;
+    if ((st = epyq_kern_init(&err)) != EPYQ_OK) goto done;
+    if (ep && (st = epyq_tool_ep_check(ep, o.path, &err)) != EPYQ_OK) goto done;
+    st = ep ? epyq_tool_ep_model_dir(ep, o.dir, o.synthetic, &dir, &err)
+            : epyq_tool_model_dir(o.dir, o.synthetic, &dir, &err);
+    if (st != EPYQ_OK) goto done;
     if (o.file && (st = epyq_file_read(o.file, (size_t)1 << 30, &file_text, NULL, &err)) != EPYQ_OK)
         goto done;
     if ((st = epyq_tok_load(&tok, dir, &err)) != EPYQ_OK) goto done;
@@ -274,7 +292,8 @@ int epyq_cmd_run(int argc, char **argv) {
                           .draft_head = o.spec_k ? o.spec.draft_head : EPYQ_REQUANT_NONE,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
-                          .requant_dense = o.rt.rq_dense};
+                          .requant_dense = o.rt.rq_dense,
+                          .ep = ep};
     if ((st = epyq_tool_model_load(&m, dir, &mo, &err)) != EPYQ_OK) goto done;
     const epyq_config *cfg = epyq_model_config(m);
     epyq_sample_params sp;
@@ -285,13 +304,18 @@ int epyq_cmd_run(int argc, char **argv) {
         goto done;
     }
     if ((st = epyq_gen_init(&g, m, tok, ctx, o.rt.kv, &sp, &err)) != EPYQ_OK) goto done;
-    epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
+    if (lead) epyq_tool_ctx_report(m, ctx, 1, o.rt.kv);
     g.spec_k = o.spec_k;
     g.img = o.n_images ? &vp.img : NULL;
-    signal(SIGINT, on_sigint);
-    st = epyq_gen_generate(&g, ids, n_ids, o.n_predict, &g_cancel, print_text, NULL, NULL, &gs,
-                           &err);
+    if (ep) g.clock = epyq_tool_ep_clock, g.clock_ctx = ep;
+    /* --ep: no Ctrl-C handler; the ranks would see the signal at different tokens and part,
+     * so a signal ends the job (mpirun stops every rank) */
+    if (!ep) signal(SIGINT, on_sigint);
+    st = epyq_gen_generate(&g, ids, n_ids, o.n_predict, &g_cancel, lead ? print_text : NULL, NULL,
+                           NULL, &gs, &err);
     signal(SIGINT, SIG_DFL);
+    if (st == EPYQ_OK && ep) epyq_tool_ep_report(ep, "run", gs.n_gen, gs.t_gen);
+    if (!lead) goto done;
     fputc('\n', stdout);
     fprintf(stderr,
             "[ prompt %d tokens, %.2f t/s | generation %d tokens, %.2f t/s | finish: %s ]\n",
@@ -306,12 +330,18 @@ int epyq_cmd_run(int argc, char **argv) {
         fprintf(stderr, " ]\n");
     }
 done:
-    if (st != EPYQ_OK) fprintf(stderr, "epyq: %s\n", err.msg);
+    if (st != EPYQ_OK) {
+        if (ep && ep->size > 1) fprintf(stderr, "epyq: rank %d: %s\n", ep->rank, err.msg);
+        else
+            fprintf(stderr, "epyq: %s\n", err.msg);
+        if (ep) epyq_tool_ep_abort(ep, 1); /* the other ranks would wait in an exchange */
+    }
     epyq_gen_free(&g);
     epyq_model_free(m);
     epyq_tok_free(tok);
     epyq_vision_prompt_free(&vp);
     free(ids), free(prompt), free(file_text), free(dir);
+    epyq_tool_ep_close(ep);
     if (st != EPYQ_OK) return 1;
     return gs.finish == EPYQ_FINISH_CANCEL ? 130 : 0;
 }

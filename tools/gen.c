@@ -105,7 +105,8 @@ static epyq_status gen_spec(epyq_gen *g, const int32_t *ids, size_t n_ids, int32
                             void (*on_text)(void *ctx, const char *text, size_t len), void *ctx, int32_t *gen_ids,
                             epyq_gen_stats *stats, epyq_err *err) {
     epyq_spec *sp = NULL;
-    epyq_spec_opts so = {.k = g->spec_k, .adaptive = true};
+    epyq_spec_opts so = {
+        .k = g->spec_k, .adaptive = true, .clock = g->clock, .clock_ctx = g->clock_ctx};
     spec_pick_ctx pc = {smp};
     int32_t first, out[EPYQ_SPEC_MAX];
     epyq_status st = epyq_spec_create(&sp, g->model, g->seq, &so, err);

@@ -50,6 +50,10 @@ typedef struct {
     /* Image rows and M-RoPE positions for the ids of the next epyq_gen_generate (index i of
      * embd / mrope belongs to prompt token i); NULL = a text prompt. Not with spec_k. */
     const epyq_batch_img *img;
+    /* With spec_k: the speculation rule's clock (epyq_spec_opts.clock); NULL = the wall clock.
+     * --ep gives every rank rank 0's, so all ranks take the same decisions. */
+    double (*clock)(void *ctx);
+    void *clock_ctx;
 } epyq_gen;
 
 typedef enum { EPYQ_FINISH_STOP = 0, EPYQ_FINISH_LENGTH, EPYQ_FINISH_CTX, EPYQ_FINISH_CANCEL } epyq_finish;

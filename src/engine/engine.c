@@ -208,6 +208,8 @@ epyq_status epyq_engine_add_img(epyq_engine *e, const int32_t *ids, size_t n_ids
     if (st == EPYQ_OK && e->o.spec_k && !r->prompt_lp && !img) {
         const epyq_spec_opts so = {.k = e->o.spec_k,
                                    .adaptive = e->o.spec_adaptive,
+                                   .clock = e->o.spec_clock,
+                                   .clock_ctx = e->o.spec_clock_ctx,
                                    .draft_override = e->o.spec_draft_override,
                                    .override_ctx = e->o.spec_override_ctx};
         st = epyq_spec_create(&r->spec, e->m, r->seq, &so, err);

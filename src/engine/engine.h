@@ -58,6 +58,10 @@ typedef struct {
      * rule, timed over whole engine steps). Requests with prompt_logprobs decode plainly. */
     int32_t spec_k;
     bool spec_adaptive;
+    /* The adaptive rule's clock (spec.h: clock); NULL = the wall clock. `batch --ep` passes rank
+     * 0's, so every rank of one model takes the same decisions (tools/ep_mpi.h). */
+    double (*spec_clock)(void *ctx);
+    void *spec_clock_ctx;
     /* Tests: every speculating request's drafts pass through this (spec.h: draft_override). */
     int32_t (*spec_draft_override)(void *ctx, int32_t pos, int32_t d);
     void *spec_override_ctx;

@@ -46,13 +46,24 @@ uint64_t epyq_requant_bytes(int64_t n, int64_t k, int32_t gs, epyq_requant kind)
 /* Expert parallelism over copies of the model in several processes (tools/ep_mpi.c runs it on
  * MPI): every copy runs the same forward calls in lockstep with the whole dense part, and holds
  * and runs only the routed experts e with e % size == rank (expert 0 is loaded everywhere, as
- * the layout's reference, and run by its owner only); the shared expert runs on rank 0.
- * sum_rows adds the ranks' (token, top-k slot) output rows in place; each row is computed on
- * exactly one rank and zero on the others, so the sum is exact and the token's own top-k sum
- * (moe.c) gives the bits of one process. */
+ * the layout's reference, and run by its owner only); the shared expert runs on rank 0. After
+ * the experts, each MoE layer exchanges rows (src/model/moe_ep.c): the batch's tokens are cut
+ * into one contiguous block per rank, every (token, top-k slot) output row goes to the rank of
+ * its token's block (alltoallv), that rank adds the token's rows in its top-k order as one
+ * process does, and the summed rows of every block go to every rank (allgatherv). So the
+ * result is one process's bits, and each row crosses the network once.
+ *
+ * Both hooks are collective (every rank calls them in the same order) and count and place
+ * rows of `width` floats: alltoallv sends rows [sdispl[r], sdispl[r] + scount[r]) of send to
+ * rank r and puts rank r's rows at recv + rdispl[r] * width (rcount[r] of them); allgatherv
+ * gives every rank every rank r's rows [displ[r], displ[r] + count[r]) of buf, in place. */
 typedef struct epyq_ep {
     int32_t rank, size;
-    epyq_status (*sum_rows)(void *ctx, float *rows, size_t n, epyq_err *err);
+    epyq_status (*alltoallv)(void *ctx, const float *send, const int32_t *scount,
+                             const int32_t *sdispl, float *recv, const int32_t *rcount,
+                             const int32_t *rdispl, int32_t width, epyq_err *err);
+    epyq_status (*allgatherv)(void *ctx, float *buf, const int32_t *count, const int32_t *displ,
+                              int32_t width, epyq_err *err);
     void *ctx;
 } epyq_ep;
 

@@ -192,9 +192,13 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
                               epyq_requant kind, int32_t gs, epyq_err *err);
 
 uint64_t epyq_rlin_bytes(const epyq_rlin *l);
-/* Expert parallelism: does this copy hold and run routed expert e? */
+/* Expert parallelism: the rank that runs expert e (E = the shared expert: rank 0), and does
+ * this copy hold and run it? */
+static inline int32_t epyq_model_ep_runner(const epyq_model *m, int32_t e) {
+    return !m->ep || e == m->d.E ? 0 : e % m->ep->size;
+}
 static inline bool epyq_model_ep_owns(const epyq_model *m, int32_t e) {
-    return !m->ep || m->ep->size <= 1 || e % m->ep->size == m->ep->rank;
+    return !m->ep || epyq_model_ep_runner(m, e) == m->ep->rank;
 }
 void *epyq_model_alloc(size_t n, size_t size); /* 64-byte aligned, zeroed; NULL on overflow/OOM */
 
@@ -205,6 +209,13 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
                        float *out, epyq_err *err);
 epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, const float *x, float *out,
                       epyq_err *err);
+/* out rows [t0, t1) of [T][H]: each token's S output rows of ys [T][S][H] added in slot order
+ * (its top-k order, the shared expert last) — the one order of every MoE sum. */
+void epyq_moe_sum(const float *ys, int32_t t0, int32_t t1, int32_t S, int32_t H, float *out);
+/* ---- moe_ep.c: under expert parallelism, out [T][H] from this rank's rows of ys [T][K + 1][H]
+ * (those of its experts; sel [T][K] the routed experts) and the other ranks' (model.h). */
+epyq_status epyq_moe_ep_combine(const epyq_model *m, int32_t T, const int32_t *sel, float *ys,
+                                float *out, epyq_err *err);
 /* One decoder layer over the batch; residual x [T][H] updated in place. */
 epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p, float *x,
                           epyq_err *err);

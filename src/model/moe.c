@@ -331,7 +331,7 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
     p->numa_layer = epyq_moe_numa_layer(m, mw);
     for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= E; e++) {
         /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
-        if (e < E ? !epyq_model_ep_owns(m, e) : m->ep && m->ep->rank != 0) continue;
+        if (!epyq_model_ep_owns(m, e)) continue;
         for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
             int32_t n = e_off[e + 1] - e_off[e] - off;
             p->tasks[p->nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
@@ -386,18 +386,16 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
     /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
     if (p->numa_layer >= 0)
         TRY(epyq_moe_numa_run(m, p->numa_layer, mw, p->T, x, p->sel, p->wt, p->ys, p->S * H, err));
-    /* the other ranks' rows (zero here, ys is allocated zeroed): an exact sum */
-    if (m->ep) return m->ep->sum_rows(m->ep->ctx, p->ys, n_ent * (size_t)H, err);
     return EPYQ_OK;
 }
 
 /* Sum: each token's output rows in slot order (its top-k order, the shared expert last). */
-static void moe_sum(const moe_plan *p, int32_t H, float *out) {
-    for (int32_t t = 0; t < p->T; t++) {
+void epyq_moe_sum(const float *ys, int32_t t0, int32_t t1, int32_t S, int32_t H, float *out) {
+    for (int32_t t = t0; t < t1; t++) {
         float *o = out + (size_t)t * H;
-        const float *y = p->ys + (size_t)t * p->S * H;
+        const float *y = ys + (size_t)t * S * H;
         memcpy(o, y, (size_t)H * sizeof(float));
-        for (int32_t s = 1; s < p->S; s++)
+        for (int32_t s = 1; s < S; s++)
             for (int32_t i = 0; i < H; i++) o[i] += y[(size_t)s * H + i];
     }
 }
@@ -416,7 +414,10 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
     moe_route(m, mw, &act, &p);
     if ((st = moe_group(m, mw, &p, err)) != EPYQ_OK) goto done;
     if ((st = moe_run(m, mw, x, &p, err)) != EPYQ_OK) goto done;
-    moe_sum(&p, m->d.H, out);
+    /* expert parallelism: the rows of other ranks' experts come in, the sums go out */
+    if (m->ep) st = epyq_moe_ep_combine(m, T, p.sel, p.ys, out, err);
+    else
+        epyq_moe_sum(p.ys, 0, T, p.S, m->d.H, out);
 done:
     moe_plan_free(&p);
     free(abuf);
