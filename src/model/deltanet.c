@@ -232,7 +232,6 @@ static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, 
                        int32_t n, float *u, int32_t c0, int32_t c1, int32_t l0, float *snap,
                        size_t snap_stride, int32_t n_snap) {
     int32_t cd = m->d.conv_dim, Kc = m->d.Kc, ch = epyq_seq_conv_ch(m);
-    float *st = state + l0 - c0; /* st[r * ch + c]: channel c's tap r */
     for (int32_t i = 0; i < n; i++) {
         if (i > 0 && i - 1 < n_snap) /* the state after token i - 1 (speculative verification) */
             for (int32_t r = 0; r < Kc - 1; r++)
@@ -241,11 +240,11 @@ static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, 
         float *ut = u + (size_t)toks[i] * cd;
         for (int32_t c = c0; c < c1; c++) {
             const float *w = g->conv + (size_t)c * Kc;
+            float *st = state + l0 + (c - c0); /* st[r * ch]: channel c's tap r */
             float raw = ut[c], s = w[Kc - 1] * raw;
-            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * st[(size_t)r * ch + c];
-            for (int32_t r = 0; r + 1 < Kc - 1; r++)
-                st[(size_t)r * ch + c] = st[(size_t)(r + 1) * ch + c];
-            if (Kc > 1) st[(size_t)(Kc - 2) * ch + c] = raw;
+            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * st[(size_t)r * ch];
+            for (int32_t r = 0; r + 1 < Kc - 1; r++) st[(size_t)r * ch] = st[(size_t)(r + 1) * ch];
+            if (Kc > 1) st[(size_t)(Kc - 2) * ch] = raw;
             ut[c] = siluf_(s);
         }
     }
