@@ -6,8 +6,11 @@
  * shared machine hits all alike.
  * Prints per configuration the best and median wall time per token and the median process CPU
  * time per token (all threads, spinning included), each configuration's cost relative to off,
- * and for the NUMA ones the weight bytes each node's pool read per token from its own node
- * (local) and from elsewhere (remote), as move_pages found the pages at load.
+ * and for the NUMA ones the bytes each node's pool read per token from its own node (local)
+ * and from elsewhere (remote), as move_pages found the weight pages at load and as the
+ * sequence's per-head buffers were bound; then the sequence-buffer part of those (KV rows,
+ * conv histories, DeltaNet states) and move_pages' count of the sequence's pages (on the
+ * first node's row: all nodes' pages).
  *
  * usage: numa_decode DIR [split N (default 2)] [rounds (default 8)] [tokens per round (16)] */
 #include <sched.h>
@@ -126,6 +129,28 @@ int main(int argc, char **argv) {
                 printf("| %s | %s | %.2f | %.2f | %.1f%% |\n", name[c], node, (double)lo * per,
                        (double)re * per, lo + re ? 100.0 * (double)lo / (double)(lo + re) : 0.0);
             }
+        /* the part of those that was the sequence's own buffers (KV rows, conv histories,
+         * DeltaNet states), and where move_pages finds their pages now */
+        printf("\n| numa | node | sequence KiB/token local | remote | pages on their node | "
+               "elsewhere |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+        for (int c = 1; c < N_CFG && !rc; c++) {
+            epyq_seq_numa_pages k[EPYQ_SEQ_NUMA_KINDS];
+            size_t on = 0, off = 0;
+            if (epyq_seq_numa_verify_kinds(s[c], k, &err) != EPYQ_OK)
+                rc = fprintf(stderr, "numa_decode: %s\n", err.msg) > 0;
+            for (int i = 0; i < EPYQ_SEQ_NUMA_KINDS; i++) on += k[i].on_node, off += k[i].elsewhere;
+            for (int32_t g = 0; !rc && g < epyq_model_numa_groups(m[c]); g++) {
+                uint64_t lo = 0, re = 0;
+                if (epyq_model_numa_seq_reads(m[c], g, &lo, &re, &err) != EPYQ_OK) {
+                    rc = fprintf(stderr, "numa_decode: %s\n", err.msg) > 0;
+                    break;
+                }
+                char pg[64] = " | "; /* the pages of all nodes, on the first row */
+                if (!g) snprintf(pg, sizeof pg, "%zu | %zu", on, off);
+                printf("| %s | %d | %.1f | %.1f | %s |\n", name[c], (int)g,
+                       (double)lo * per * 1024.0, (double)re * per * 1024.0, pg);
+            }
+        }
     }
     for (int c = 0; c < N_CFG; c++) {
         epyq_seq_free(s[c]);

@@ -225,31 +225,33 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
     gated_norm_rows(j, toks, n, vh);
 }
 
-/* Causal depthwise conv + SiLU of channels [c0, c1) for one sequence's tokens, in order; the
- * state keeps raw inputs. */
+/* Causal depthwise conv + SiLU of channels [c0, c1) for one sequence's tokens, in order. The
+ * key head's block keeps the raw inputs, [taps][ch] with channel c0 at column l0; snap: the
+ * block's copy in the first speculative slot (slots snap_stride floats apart). */
 static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, const int32_t *toks,
-                       int32_t n, float *u, int32_t c0, int32_t c1, float *snap, int32_t n_snap) {
-    int32_t cd = m->d.conv_dim, Kc = m->d.Kc;
-    size_t snap_stride = (size_t)m->n_gdn * (size_t)(Kc - 1 > 0 ? Kc - 1 : 1) * cd;
+                       int32_t n, float *u, int32_t c0, int32_t c1, int32_t l0, float *snap,
+                       size_t snap_stride, int32_t n_snap) {
+    int32_t cd = m->d.conv_dim, Kc = m->d.Kc, ch = epyq_seq_conv_ch(m);
     for (int32_t i = 0; i < n; i++) {
         if (i > 0 && i - 1 < n_snap) /* the state after token i - 1 (speculative verification) */
             for (int32_t r = 0; r < Kc - 1; r++)
-                memcpy(snap + (size_t)(i - 1) * snap_stride + (size_t)r * cd + c0, state + (size_t)r * cd + c0,
-                       (size_t)(c1 - c0) * sizeof(float));
+                memcpy(snap + (size_t)(i - 1) * snap_stride + (size_t)r * ch + l0,
+                       state + (size_t)r * ch + l0, (size_t)(c1 - c0) * sizeof(float));
         float *ut = u + (size_t)toks[i] * cd;
         for (int32_t c = c0; c < c1; c++) {
             const float *w = g->conv + (size_t)c * Kc;
+            float *st = state + l0 + (c - c0); /* st[r * ch]: channel c's tap r */
             float raw = ut[c], s = w[Kc - 1] * raw;
-            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * state[(size_t)r * cd + c];
-            for (int32_t r = 0; r + 1 < Kc - 1; r++) state[(size_t)r * cd + c] = state[(size_t)(r + 1) * cd + c];
-            if (Kc > 1) state[(size_t)(Kc - 2) * cd + c] = raw;
+            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * st[(size_t)r * ch];
+            for (int32_t r = 0; r + 1 < Kc - 1; r++) st[(size_t)r * ch] = st[(size_t)(r + 1) * ch];
+            if (Kc > 1) st[(size_t)(Kc - 2) * ch] = raw;
             ut[c] = siluf_(s);
         }
     }
     if (n > 0 && n - 1 < n_snap)
         for (int32_t r = 0; r < Kc - 1; r++)
-            memcpy(snap + (size_t)(n - 1) * snap_stride + (size_t)r * cd + c0, state + (size_t)r * cd + c0,
-                   (size_t)(c1 - c0) * sizeof(float));
+            memcpy(snap + (size_t)(n - 1) * snap_stride + (size_t)r * ch + l0,
+                   state + (size_t)r * ch + l0, (size_t)(c1 - c0) * sizeof(float));
 }
 
 typedef struct {
@@ -263,7 +265,8 @@ typedef struct {
 
 /* One (sequence, key head): conv + SiLU of its q, k and value-head channels, q/k L2 norms and
  * the decay and beta gates of its value heads. Channels and heads are disjoint between tasks,
- * so the pool shares what the caller used to do alone (8192 SiLUs per token and layer). */
+ * so the pool shares what the caller used to do alone (8192 SiLUs per token and layer); in
+ * NUMA mode it runs on the node holding the key head's conv block (numa_state.c). */
 static void prep_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     const prep_job *j = ctx;
@@ -274,13 +277,15 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     const int32_t *toks = j->p->grp_tok + j->p->grp_off[grp];
     int32_t n = j->p->grp_off[grp + 1] - j->p->grp_off[grp];
     epyq_seq *sq = j->p->seq[toks[0]];
-    size_t layer_off = (size_t)j->ly->slot * (m->d.Kc - 1) * cd;
+    size_t blk_off = ((size_t)j->ly->slot * m->d.Hk + (size_t)kh) * epyq_seq_conv_blk(m);
+    size_t snap_stride = (size_t)m->n_gdn * m->d.Hk * epyq_seq_conv_blk(m);
     int32_t n_snap = sq->spec_n > 1 ? sq->spec_n - 1 : 0; /* the last token's: the state itself */
-    float *state = sq->conv + layer_off, *snap = n_snap ? sq->spec_conv + layer_off : NULL;
+    float *state = sq->conv + blk_off, *snap = n_snap ? sq->spec_conv + blk_off : NULL;
     int32_t q0 = kh * m->d.Dk, k0 = key_dim + kh * m->d.Dk, v0 = 2 * key_dim + kh * r * m->d.Dv;
-    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->d.Dk, snap, n_snap);
-    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->d.Dk, snap, n_snap);
-    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->d.Dv, snap, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, q0, q0 + m->d.Dk, 0, snap, snap_stride, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, k0, k0 + m->d.Dk, m->d.Dk, snap, snap_stride, n_snap);
+    conv_range(m, gw, state, toks, n, j->u, v0, v0 + r * m->d.Dv, 2 * m->d.Dk, snap, snap_stride,
+               n_snap);
     float qscale = 1.0f / sqrtf((float)m->d.Dk);
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];
@@ -292,6 +297,26 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
             j->g[t * Hv + h] = gw->neg_exp_A[h] * softplusf_(j->ba[t * 2 * Hv + Hv + h] + gw->dt_bias[h]);
         }
     }
+}
+
+/* What a (sequence, key head) task reads of the sequence: its conv block, once per token. */
+static uint64_t prep_bytes(void *ctx, int32_t task, const epyq_seq **seq) {
+    const prep_job *j = ctx;
+    const epyq_model *m = j->m;
+    int32_t grp = task / m->d.Hk;
+    *seq = j->p->seq[j->p->grp_tok[j->p->grp_off[grp]]];
+    return (uint64_t)(j->p->grp_off[grp + 1] - j->p->grp_off[grp]) * (uint64_t)(m->d.Kc - 1) *
+           (uint64_t)epyq_seq_conv_ch(m) * sizeof(float);
+}
+
+/* What a (sequence, value head) task reads of the sequence: its state, once per token. */
+static uint64_t gdn_bytes(void *ctx, int32_t task, const epyq_seq **seq) {
+    const gdn_job *j = ctx;
+    const epyq_model *m = j->m;
+    int32_t grp = task / m->d.Hv;
+    *seq = j->p->seq[j->p->grp_tok[j->p->grp_off[grp]]];
+    return (uint64_t)(j->p->grp_off[grp + 1] - j->p->grp_off[grp]) * (uint64_t)m->d.Dk *
+           (uint64_t)m->d.Dv * sizeof(float);
 }
 
 epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
@@ -337,10 +362,12 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
             goto done;
         }
     }
+    /* NUMA mode: each key head's conv on the node holding its conv block, each value head's
+     * delta rule on the node holding its state (numa_state.c) */
     prep_job pj = {m, ly, p, u, ba, gl, beta};
-    epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
-    /* NUMA mode: each head on the node holding its state (numa_state.c) */
-    if (!epyq_numa_run_heads(m, gdn_task, &j, p->n_groups, Hv))
+    if (!epyq_numa_run_heads(m, EPYQ_NUMA_HEAD_KEY, prep_task, &pj, p->n_groups, prep_bytes))
+        epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
+    if (!epyq_numa_run_heads(m, EPYQ_NUMA_HEAD_VALUE, gdn_task, &j, p->n_groups, gdn_bytes))
         epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
     st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
     free(j.work), j.work = NULL; /* the scratch goes before the out projection, as it always did */

@@ -118,16 +118,23 @@ struct epyq_seq {
     epyq_kv_type kv;
     int32_t n_kv_layers;        /* n_attn (+1 with MTP) */
     size_t kv_elem;             /* bytes per cached value: 2 (bf16) or 1 (fp8 e4m3) */
-    uint8_t *k, *v;             /* [n_kv_layers][n_ctx][nkv*hd] */
-    float *conv;                /* [n_gdn][Kc-1][conv_dim] raw inputs, oldest first */
+    /* The caches, the conv histories and the states are mmap'd (zero, page-aligned, untouched)
+     * and cut into per-head blocks of whole pages, so that in NUMA mode each head's block is
+     * bound to the node of the pool that works on that head before anything touches it. */
+    size_t kv_plane; /* bytes of one (layer, kv head) plane: [n_ctx][hd] values, page-rounded */
+    uint8_t *k, *v;  /* [n_kv_layers][nkv][kv_plane] bytes; one mapping, v after k */
+    float *conv;     /* [n_gdn][Hk][conv_blk] per (layer, key head): [Kc-1][2 Dk + r Dv] raw
+                      * inputs of its q | k | value heads' v channels, oldest first */
     float *S;                   /* [n_gdn][Hv][Dk][Dv] recurrent states */
+    uint32_t numa_bound;        /* NUMA mode: bit k set when kind k's blocks (epyq_seq_numa_kind)
+                                 * are bound to their owners' nodes */
     /* Speculative verification (epyq_seq_spec_begin): the next forward snapshots the DeltaNet
      * states after each of this sequence's first spec_n - 1 tokens (after token spec_n - 1
      * the state itself is the copy), so epyq_seq_rollback can return to any of them.
      * spec_cap = slots allocated. */
     int32_t spec_n, spec_cap, spec_pos0;
-    float *spec_S;              /* [spec_cap][n_gdn][Hv][Dk][Dv] */
-    float *spec_conv;           /* [spec_cap][n_gdn][Kc-1][conv_dim] */
+    float *spec_S;    /* [spec_cap][n_gdn][Hv][Dk][Dv], blocks bound like S's */
+    float *spec_conv; /* [spec_cap][n_gdn][Hk][conv_blk], blocks bound like conv's */
 
     /* Non-empty: a forward failed after some of this sequence's layer states had moved (why
      * it failed); every forward and MTP call refuses it until epyq_seq_reset. */
@@ -232,11 +239,22 @@ epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, 
 epyq_status epyq_head_run(epyq_model *m, const epyq_rlin *head, const float *x, int32_t rows, float *logits,
                           epyq_err *err);
 
-/* ---- seq.c: KV cache rows */
-void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, const float *k, const float *v);
+/* ---- seq.c: KV cache rows and the per-head blocks */
+/* Store kv head kvh's row at pos: k, v [hd]. */
+void epyq_seq_kv_store(epyq_seq *s, int32_t layer_slot, int32_t pos, int32_t kvh, const float *k,
+                       const float *v);
 /* bf16 view of rows [0, n) of one kv head; fp8 caches are widened into `tmp` [n][hd] x 2. */
 void epyq_seq_kv_view(const epyq_seq *s, int32_t layer_slot, int32_t kvh, int32_t n, uint16_t *tmp,
                  const uint16_t **k, const uint16_t **v, int32_t *stride);
+/* Floats of one (layer, key head) conv block: [Kc-1][2 Dk + r Dv], rounded up to whole pages. */
+size_t epyq_seq_conv_blk(const epyq_model *m);
+/* Channels of one key head's conv block (2 Dk + r Dv) and taps kept (Kc - 1, at least 1). */
+int32_t epyq_seq_conv_ch(const epyq_model *m);
+int32_t epyq_seq_conv_taps(const epyq_model *m);
+/* Copy the conv histories between the per-key-head blocks of conv and the layout snapshots
+ * keep, canon [n_gdn][taps][conv_dim] floats in projection order (any alignment): to_canon
+ * reads conv, else writes it. */
+void epyq_seq_conv_canon(const epyq_model *m, float *conv, void *canon, bool to_canon);
 
 /* ---- deltanet.c: the chunked delta rule (exported for the chunked-vs-recurrent test) */
 void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
@@ -264,14 +282,25 @@ void epyq_numa_dense_free(epyq_model *m);
  * (outputs without a split run on group 0); the driver is pool 0's creator. */
 void epyq_numa_dense_run(epyq_model *m, const epyq_rlin_out *outs, int32_t n,
                          const epyq_act *const *acts);
-/* ---- numa_state.c: DeltaNet heads on the nodes that own their states */
-/* Bind each (layer, value head) block of a sequence's states S to its owner's node (no-op
- * without a NUMA mode, for a plan that binds nothing, or blocks that are not whole pages). */
-epyq_status epyq_numa_state_place(const epyq_model *m, float *S, epyq_err *err);
-/* Run fn over the n_seq x Hv (sequence, head) tasks of a DeltaNet layer, task q * Hv + vh on
- * the pool of vh's owner, worker numbers unique over all pools (< epyq_numa_workers). false
- * when not in NUMA mode (or out of memory): the caller runs them on its own pool. */
-bool epyq_numa_run_heads(epyq_model *m, epyq_task_fn fn, void *ctx, int32_t n_seq, int32_t Hv);
+/* ---- numa_state.c: the per-head work and a sequence's per-head buffers on the owners' nodes */
+/* Which heads a task's second index counts: attention kv heads, DeltaNet key heads (the conv
+ * block of a key head's channels) or DeltaNet value heads (the delta rule and its state). */
+typedef enum { EPYQ_NUMA_HEAD_KV, EPYQ_NUMA_HEAD_KEY, EPYQ_NUMA_HEAD_VALUE } epyq_numa_head;
+/* Bind every per-head block of s (KV planes, conv blocks, states) to its owner's node before
+ * their first touch, and set s->numa_bound's bits; a no-op without a NUMA mode or for a plan that
+ * binds nothing. */
+epyq_status epyq_numa_seq_place(const epyq_model *m, epyq_seq *s, epyq_err *err);
+/* The same for the speculative snapshots s->spec_S and s->spec_conv just allocated. */
+epyq_status epyq_numa_spec_place(const epyq_model *m, epyq_seq *s, epyq_err *err);
+/* What a task reads of a sequence's buffers (for the local/remote counters): the sequence and
+ * the bytes. Called by the driver only, before the tasks run. */
+typedef uint64_t (*epyq_numa_bytes_fn)(void *ctx, int32_t task, const epyq_seq **seq);
+/* Run fn over the n_outer x heads tasks (task q * heads + h), each on the pool of head h's
+ * owner, worker numbers unique over all pools (< epyq_numa_workers); bytes (may be NULL)
+ * counts what each task reads. false when not in NUMA mode (or out of memory): the caller runs
+ * them on its own pool, with the same bits. */
+bool epyq_numa_run_heads(epyq_model *m, epyq_numa_head kind, epyq_task_fn fn, void *ctx,
+                         int32_t n_outer, epyq_numa_bytes_fn bytes);
 /* Workers a task may be numbered by: the model pool's, or all node pools' when more. */
 int32_t epyq_numa_workers(const epyq_model *m);
 /* y [T][ldy] (columns [0, H)) = the routed experts' sum for each token, in top-k order. */

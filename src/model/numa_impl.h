@@ -1,5 +1,6 @@
 /* src/model/numa_impl.h — the model's NUMA state, shared by numa_moe.c (plan, pools, routed
- * experts) and numa_dense.c (dense linears). Included by those two files only. */
+ * experts), numa_dense.c (dense linears) and numa_state.c (per-head work and buffers). Included
+ * by those files only. */
 #ifndef EPYQ_MODEL_NUMA_IMPL_H
 #define EPYQ_MODEL_NUMA_IMPL_H
 
@@ -48,15 +49,19 @@ struct epyq_model_numa {
     size_t *dused;           /* [n_groups] bytes of dbufs[g] in use */
     bool *dbufs_local;       /* [n_groups] dbufs[g] verified on g's node */
     void *jobs;              /* [n_groups] scratch of a dense run (numa_dense.c) */
-    /* DeltaNet heads (numa_state.c) */
-    int32_t *head_group;           /* [Hv] group owning each value head's state */
+    /* per-head work and buffers (numa_state.c) */
+    int32_t *head_group;           /* [Hv] group owning each DeltaNet value head's state */
+    int32_t *key_group;            /* [Hk] group owning each key head's conv channels */
+    int32_t *kv_group;             /* [nkv] group owning each attention kv head's cache */
     epyq_numa_head_job *head_jobs; /* [n_groups] */
     int32_t head_workers;          /* workers over all pools */
-    epyq_numa_reads *reads;        /* [n_groups] */
+    epyq_numa_reads *reads;        /* [n_groups] weights and sequence buffers */
+    epyq_numa_reads *sreads;       /* [n_groups] of reads: the sequence buffers (KV, conv, S) */
     uint64_t unpinned;             /* weight bytes read by the model's own (unpinned) pool */
 };
 
-/* Value heads shared out to the groups; freed by epyq_numa_heads_free. */
+/* Attention kv heads, DeltaNet key and value heads shared out to the groups; freed by
+ * epyq_numa_heads_free. */
 epyq_status epyq_numa_heads_init(epyq_model *m, epyq_err *err);
 void epyq_numa_heads_free(epyq_model *m);
 

@@ -269,6 +269,8 @@ epyq_status epyq_model_numa_reads(const epyq_model *m, int32_t group, uint64_t *
 void epyq_model_numa_reads_reset(epyq_model *m) {
     if (!m->numa) return;
     memset(m->numa->reads, 0, (size_t)m->numa->n_groups * sizeof *m->numa->reads);
+    if (m->numa->sreads)
+        memset(m->numa->sreads, 0, (size_t)m->numa->n_groups * sizeof *m->numa->sreads);
     m->numa->unpinned = 0;
 }
 
@@ -319,7 +321,7 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
         return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA setup: out of memory");
     TRY(place_experts(m, err));
     TRY(epyq_numa_dense_place(m, err));
-    if (m->n_gdn) TRY(epyq_numa_heads_init(m, err));
+    TRY(epyq_numa_heads_init(m, err));
     epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
                           .top_k = m->d.topk,
                           .n_slices = (m->d.I + slice - 1) / slice,

@@ -20,6 +20,7 @@
 #ifndef EPYQ_MODEL_NUMA_MOE_H
 #define EPYQ_MODEL_NUMA_MOE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,12 +42,43 @@ epyq_status epyq_model_numa_reads(const epyq_model *m, int32_t group, uint64_t *
                                   uint64_t *remote, epyq_err *err);
 void epyq_model_numa_reads_reset(epyq_model *m);
 
-/* Where a sequence's DeltaNet states are (move_pages): each (layer, value head) block on the
- * node of the group owning the head, whose pool runs its delta rule. EPYQ_E_ARG without a NUMA
- * mode, or when the blocks are not whole pages (then they were not bound). */
+/* Where a sequence's per-head buffers are (move_pages): each (layer, value head) DeltaNet
+ * state, each (layer, kv head) plane of the K and V caches, each (layer, key head) conv block
+ * and each speculative snapshot of those on the node of the group owning the head, whose pool
+ * works on it. pages: pages checked over all kinds (never-touched ones included); elsewhere:
+ * pages on another node. EPYQ_E_ARG without a NUMA mode, or when the state blocks are not whole
+ * pages (then they were not bound). */
 typedef struct epyq_seq epyq_seq;
 epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsewhere,
                                  epyq_err *err);
+
+/* The same per kind of buffer. */
+typedef enum {
+    EPYQ_SEQ_NUMA_STATE, /* DeltaNet recurrent states [n_gdn][Hv] blocks */
+    EPYQ_SEQ_NUMA_KV,    /* K and V planes [n_kv_layers][nkv] */
+    EPYQ_SEQ_NUMA_CONV,  /* conv histories [n_gdn][Hk] blocks */
+    EPYQ_SEQ_NUMA_SPEC,  /* speculative snapshots of states and conv histories */
+    EPYQ_SEQ_NUMA_KINDS
+} epyq_seq_numa_kind;
+
+typedef struct {
+    bool bound;       /* the blocks were bound to their owners (whole pages, a binding plan) */
+    size_t pages;     /* pages checked */
+    size_t on_node;   /* on the owner's node */
+    size_t absent;    /* never touched yet (KV rows past the position, unused snapshots) */
+    size_t elsewhere; /* on another node */
+} epyq_seq_numa_pages;
+
+/* out[kind] for every kind; the first misplaced block's error (EPYQ_E_NUMA names it) after
+ * all were counted. EPYQ_E_ARG without a NUMA mode. */
+epyq_status epyq_seq_numa_verify_kinds(const epyq_seq *s,
+                                       epyq_seq_numa_pages out[EPYQ_SEQ_NUMA_KINDS], epyq_err *err);
+
+/* Bytes each group's pool read of sequence buffers (KV rows, conv blocks, DeltaNet states)
+ * since the last reset: part of what epyq_model_numa_reads counts. Local: the buffer kind was
+ * bound (MPOL_BIND, before its first touch) to the group's node. EPYQ_E_ARG as there. */
+epyq_status epyq_model_numa_seq_reads(const epyq_model *m, int32_t group, uint64_t *local,
+                                      uint64_t *remote, epyq_err *err);
 
 /* Plan groups (logical nodes) the model runs on; 0 when loaded without a NUMA mode. */
 int32_t epyq_model_numa_groups(const epyq_model *m);

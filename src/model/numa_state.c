@@ -1,12 +1,18 @@
-/* src/model/numa_state.c — a sequence's DeltaNet states on the nodes that update them.
+/* src/model/numa_state.c — the per-head work of attention and DeltaNet, and a sequence's
+ * per-head buffers, on the nodes that own the heads.
  *
- * Why: the delta rule reads and writes every value head's Dk x Dv state once per token and
- * layer (64 KiB a head for the real model, 1.9 MiB a layer), all of it on the critical path of
- * decode. In NUMA mode value head vh belongs to one plan group (heads shared out in proportion
- * to threads, like the dense rows); its state block of every layer is bound to that group's
- * node and its delta-rule task runs on that group's pool, so the state never crosses a node.
- * The tasks are the same (sequence, head) tasks as the single-pool path, so the bits are too.
- * KV caches, conv histories and the speculative snapshots keep the default policy. */
+ * Why: besides the weights, a decoded token reads and writes every DeltaNet value head's
+ * Dk x Dv state (64 KiB a head for the real model, 2 MiB a layer), every key head's conv
+ * history, and every attention kv head's K and V rows up to its position (512 bytes a row and
+ * head at bf16: 16 MiB per layer and head at 32k tokens). In NUMA mode each of these heads
+ * belongs to one plan group: value heads are shared out in proportion to threads (like the
+ * dense rows), a key head goes with its first value head, a kv head with the group whose share
+ * of the threads its index falls in. The head's blocks of every layer are bound to that group's
+ * node before anything touches them (seq.c lays them out in whole pages), and the head's tasks
+ * run on that group's pool: the delta rule and the gated norm (value heads); the causal conv,
+ * the q/k L2 norms and the gates (key heads); the q/k norms, RoPE, the cache store, the scores,
+ * softmax, weighted V and output gate of the kv head's query heads (kv heads). The tasks are
+ * the single-pool path's tasks, so the bits are too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +24,31 @@ epyq_status epyq_numa_heads_init(epyq_model *m, epyq_err *err) {
     epyq_model_numa *n = m->numa;
     const epyq_numa_plan *plan = n->setup->plan;
     n->head_group = calloc((size_t)m->d.Hv + 1, sizeof *n->head_group);
+    n->key_group = calloc((size_t)m->d.Hk + 1, sizeof *n->key_group);
+    n->kv_group = calloc((size_t)m->d.nkv + 1, sizeof *n->kv_group);
     n->head_jobs = calloc((size_t)n->n_groups, sizeof *n->head_jobs);
-    if (!n->head_group || !n->head_jobs)
-        return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA DeltaNet heads: out of memory");
+    n->sreads = calloc((size_t)n->n_groups, sizeof *n->sreads);
+    if (!n->head_group || !n->key_group || !n->kv_group || !n->head_jobs || !n->sreads)
+        return epyq_err_set(err, EPYQ_E_NOMEM, "NUMA heads: out of memory");
     int64_t cum = 0, tot = plan->n_threads > 0 ? plan->n_threads : 1;
     int32_t h = 0;
     for (int32_t g = 0; g < n->n_groups; g++) {
         cum += plan->groups[g].n_threads;
         int32_t end = g == n->n_groups - 1 ? m->d.Hv : (int32_t)((int64_t)m->d.Hv * cum / tot);
         for (; h < end; h++) n->head_group[h] = g;
+    }
+    /* a key head's conv channels (its q, k and its value heads' v) go with its first value
+     * head: with even shares a key head's value heads are all on one group anyway */
+    for (int32_t kh = 0; kh < m->d.Hk; kh++)
+        n->key_group[kh] = n->head_group[kh * (m->d.Hv / m->d.Hk)];
+    /* kv heads are few (2 in the real model): head i goes to the group holding thread
+     * i * threads / nkv, so that with more groups than heads they spread (0 and 2 of 4) */
+    for (int32_t i = 0; i < m->d.nkv; i++) {
+        int64_t at = (int64_t)i * tot / m->d.nkv, c = 0;
+        int32_t g = 0;
+        while (g < n->n_groups - 1 && at >= c + plan->groups[g].n_threads)
+            c += plan->groups[g++].n_threads;
+        n->kv_group[i] = g;
     }
     /* a worker index unique over all pools: each group's workers after the previous ones' */
     n->head_workers = 0;
@@ -39,96 +61,237 @@ epyq_status epyq_numa_heads_init(epyq_model *m, epyq_err *err) {
 
 void epyq_numa_heads_free(epyq_model *m) {
     epyq_model_numa *n = m->numa;
-    free(n->head_group), free(n->head_jobs);
-    n->head_group = NULL, n->head_jobs = NULL;
+    free(n->head_group), free(n->key_group), free(n->kv_group), free(n->head_jobs), free(n->sreads);
+    n->head_group = n->key_group = n->kv_group = NULL;
+    n->head_jobs = NULL, n->sreads = NULL;
 }
 
 int32_t epyq_numa_workers(const epyq_model *m) {
     const epyq_model_numa *n = m->numa;
-    return n && n->head_group && n->head_workers > m->n_threads ? n->head_workers : m->n_threads;
+    return n && n->head_jobs && n->head_workers > m->n_threads ? n->head_workers : m->n_threads;
 }
 
-/* Bytes of one (layer, head) state block, and whether blocks are whole pages (else binding
- * would move a neighbour's state with them: those are left to the default policy). */
-static size_t block_bytes(const epyq_model *m) {
-    return (size_t)m->d.Dk * (size_t)m->d.Dv * sizeof(float);
-}
+/* ---- placement */
 
-static bool blocks_paged(const epyq_model *m, const float *S) {
-    return block_bytes(m) % 4096 == 0 && (uintptr_t)S % 4096 == 0;
-}
+/* One kind of per-head block of a sequence: n blocks of `bytes` from base, block b belonging
+ * to head b % heads. */
+typedef struct {
+    const char *what;
+    epyq_seq_numa_kind kind;
+    uint8_t *base;
+    size_t bytes;
+    size_t n;
+    int32_t heads;
+    const int32_t *owner; /* [heads] plan group of each head */
+} blockset;
 
-epyq_status epyq_numa_state_place(const epyq_model *m, float *S, epyq_err *err) {
+enum { MAX_SETS = 6 };
+
+/* The sequence's block sets; spec: the speculative snapshots only, else the others. */
+static int32_t blocksets(const epyq_model *m, const epyq_seq *s, bool spec, blockset *out) {
     const epyq_model_numa *n = m->numa;
-    if (!n || !n->head_group || !S || !n->setup->plan->bind_memory || !blocks_paged(m, S))
-        return EPYQ_OK;
-    const size_t bb = block_bytes(m);
-    for (int32_t l = 0; l < m->n_gdn; l++)
-        for (int32_t vh = 0; vh < m->d.Hv; vh++) {
-            const epyq_numa_group *gr = &n->setup->plan->groups[n->head_group[vh]];
-            char what[96];
-            snprintf(what, sizeof what, "DeltaNet state of layer %d head %d (node %d)", (int)l,
-                     (int)vh, (int)gr->node);
-            epyq_status st = epyq_numa_bind_range((uint8_t *)S + ((size_t)l * m->d.Hv + vh) * bb,
-                                                  bb, gr->os_index, what, err);
-            if (st != EPYQ_OK) return st;
+    const size_t state = (size_t)m->d.Dk * m->d.Dv * sizeof(float);
+    const size_t conv = epyq_seq_conv_blk(m) * sizeof(float);
+    const size_t gdn_v = (size_t)m->n_gdn * m->d.Hv, gdn_k = (size_t)m->n_gdn * m->d.Hk;
+    int32_t c = 0;
+    if (spec) {
+        if (s->spec_S)
+            out[c++] = (blockset){"speculative DeltaNet state",
+                                  EPYQ_SEQ_NUMA_SPEC,
+                                  (uint8_t *)s->spec_S,
+                                  state,
+                                  (size_t)s->spec_cap * gdn_v,
+                                  m->d.Hv,
+                                  n->head_group};
+        if (s->spec_conv)
+            out[c++] = (blockset){"speculative conv history",
+                                  EPYQ_SEQ_NUMA_SPEC,
+                                  (uint8_t *)s->spec_conv,
+                                  conv,
+                                  (size_t)s->spec_cap * gdn_k,
+                                  m->d.Hk,
+                                  n->key_group};
+        return c;
+    }
+    if (s->S)
+        out[c++] = (blockset){"DeltaNet state", EPYQ_SEQ_NUMA_STATE, (uint8_t *)s->S, state, gdn_v,
+                              m->d.Hv,          n->head_group};
+    if (s->conv)
+        out[c++] = (blockset){"conv history", EPYQ_SEQ_NUMA_CONV, (uint8_t *)s->conv, conv, gdn_k,
+                              m->d.Hk,        n->key_group};
+    const size_t planes = (size_t)s->n_kv_layers * m->d.nkv;
+    if (s->k) {
+        out[c++] = (blockset){"K cache", EPYQ_SEQ_NUMA_KV, s->k,       s->kv_plane,
+                              planes,    m->d.nkv,         n->kv_group};
+        out[c++] = (blockset){"V cache", EPYQ_SEQ_NUMA_KV, s->v,       s->kv_plane,
+                              planes,    m->d.nkv,         n->kv_group};
+    }
+    return c;
+}
+
+/* Blocks of whole pages only: binding part of a page would move a neighbour's block with it. */
+static bool paged(const blockset *b) {
+    return b->bytes && b->bytes % 4096 == 0 && (uintptr_t)b->base % 4096 == 0;
+}
+
+/* Block i's owner node (plan group and OS node) and the run of blocks from i on that share it:
+ * returns the run's end. */
+static size_t run_of(const blockset *b, size_t i, int32_t *group) {
+    *group = b->owner[i % (size_t)b->heads];
+    size_t e = i + 1;
+    while (e < b->n && b->owner[e % (size_t)b->heads] == *group) e++;
+    return e;
+}
+
+static epyq_status place_sets(const epyq_model *m, epyq_seq *s, bool spec, epyq_err *err) {
+    const epyq_model_numa *n = m->numa;
+    if (!n || !n->head_jobs || !n->setup->plan->bind_memory) return EPYQ_OK;
+    blockset sets[MAX_SETS];
+    int32_t c = blocksets(m, s, spec, sets);
+    uint32_t bound = 0, unbound = 0;
+    for (int32_t k = 0; k < c; k++) {
+        const blockset *b = &sets[k];
+        if (!paged(b)) {
+            unbound |= 1u << b->kind;
+            continue;
         }
+        for (size_t i = 0; i < b->n;) {
+            int32_t g;
+            size_t e = run_of(b, i, &g);
+            const epyq_numa_group *gr = &n->setup->plan->groups[g];
+            char what[96];
+            snprintf(what, sizeof what, "%s blocks %zu-%zu (node %d)", b->what, i, e - 1,
+                     (int)gr->node);
+            epyq_status st = epyq_numa_bind_range(b->base + i * b->bytes, (e - i) * b->bytes,
+                                                  gr->os_index, what, err);
+            if (st != EPYQ_OK) return st;
+            i = e;
+        }
+        bound |= 1u << b->kind;
+    }
+    s->numa_bound = (s->numa_bound | bound) & ~unbound;
     return EPYQ_OK;
+}
+
+epyq_status epyq_numa_seq_place(const epyq_model *m, epyq_seq *s, epyq_err *err) {
+    return place_sets(m, s, false, err);
+}
+
+epyq_status epyq_numa_spec_place(const epyq_model *m, epyq_seq *s, epyq_err *err) {
+    return place_sets(m, s, true, err);
+}
+
+epyq_status epyq_seq_numa_verify_kinds(const epyq_seq *s,
+                                       epyq_seq_numa_pages out[EPYQ_SEQ_NUMA_KINDS],
+                                       epyq_err *err) {
+    const epyq_model *m = s->m;
+    const epyq_model_numa *n = m->numa;
+    memset(out, 0, EPYQ_SEQ_NUMA_KINDS * sizeof *out);
+    if (!n || !n->head_jobs)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "NUMA verify: the model was loaded without a NUMA mode");
+    for (int32_t k = 0; k < EPYQ_SEQ_NUMA_KINDS; k++) out[k].bound = s->numa_bound >> k & 1u;
+    if (!n->setup->plan->bind_memory) return EPYQ_OK;
+    epyq_status first = EPYQ_OK;
+    for (int spec = 0; spec < 2; spec++) {
+        blockset sets[MAX_SETS];
+        int32_t c = blocksets(m, s, spec, sets);
+        for (int32_t k = 0; k < c; k++) {
+            const blockset *b = &sets[k];
+            if (!paged(b)) continue;
+            epyq_seq_numa_pages *o = &out[b->kind];
+            for (size_t i = 0; i < b->n;) {
+                int32_t g;
+                size_t e = run_of(b, i, &g);
+                const epyq_numa_group *gr = &n->setup->plan->groups[g];
+                char what[96];
+                snprintf(what, sizeof what, "%s blocks %zu-%zu (node %d)", b->what, i, e - 1,
+                         (int)gr->node);
+                epyq_numa_verify_report rep;
+                epyq_err e1 = {0};
+                int32_t os = gr->os_index;
+                epyq_status st = epyq_numa_verify(b->base + i * b->bytes, (e - i) * b->bytes, &os,
+                                                  1, what, &rep, &e1);
+                o->pages += rep.pages, o->on_node += rep.on_node, o->absent += rep.absent;
+                o->elsewhere += rep.elsewhere;
+                if (st != EPYQ_OK && first == EPYQ_OK) first = st, *err = e1;
+                i = e;
+            }
+        }
+    }
+    return first;
 }
 
 epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsewhere,
                                  epyq_err *err) {
     const epyq_model *m = s->m;
-    const epyq_model_numa *n = m->numa;
     *pages = *elsewhere = 0;
-    if (!n)
-        return epyq_err_set(err, EPYQ_E_ARG,
-                            "NUMA verify: the model was loaded without a NUMA mode");
-    if (!n->setup->plan->bind_memory || !s->S) return EPYQ_OK;
-    if (!blocks_paged(m, s->S))
+    epyq_seq_numa_pages k[EPYQ_SEQ_NUMA_KINDS];
+    epyq_status st = epyq_seq_numa_verify_kinds(s, k, err);
+    if (st == EPYQ_E_ARG) return st;
+    for (int32_t i = 0; i < EPYQ_SEQ_NUMA_KINDS; i++)
+        *pages += k[i].pages, *elsewhere += k[i].elsewhere;
+    if (st == EPYQ_OK && m->numa->setup->plan->bind_memory && s->S && !k[EPYQ_SEQ_NUMA_STATE].bound)
         return epyq_err_set(err, EPYQ_E_ARG,
                             "NUMA verify: DeltaNet state blocks of %zu bytes are not whole pages",
-                            block_bytes(m));
-    const size_t bb = block_bytes(m);
-    epyq_status first = EPYQ_OK;
-    for (int32_t l = 0; l < m->n_gdn; l++)
-        for (int32_t vh = 0; vh < m->d.Hv; vh++) {
-            const epyq_numa_group *gr = &n->setup->plan->groups[n->head_group[vh]];
-            char what[96];
-            snprintf(what, sizeof what, "DeltaNet state of layer %d head %d (node %d)", (int)l,
-                     (int)vh, (int)gr->node);
-            epyq_numa_verify_report rep;
-            epyq_err e = {0};
-            int32_t os = gr->os_index;
-            epyq_status st =
-                epyq_numa_verify((const uint8_t *)s->S + ((size_t)l * m->d.Hv + vh) * bb, bb, &os,
-                                 1, what, &rep, &e);
-            *pages += rep.pages, *elsewhere += rep.elsewhere;
-            if (st != EPYQ_OK && first == EPYQ_OK) first = st, *err = e;
-        }
-    return first;
+                            (size_t)m->d.Dk * m->d.Dv * sizeof(float));
+    return st;
 }
+
+epyq_status epyq_model_numa_seq_reads(const epyq_model *m, int32_t group, uint64_t *local,
+                                      uint64_t *remote, epyq_err *err) {
+    const epyq_model_numa *n = m->numa;
+    if (!n || !n->sreads || group < 0 || group >= n->n_groups)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "NUMA sequence reads: expected a group in [0, %d), got %d",
+                            n ? (int)n->n_groups : 0, (int)group);
+    *local = n->sreads[group].local, *remote = n->sreads[group].remote;
+    return EPYQ_OK;
+}
+
+/* ---- running */
 
 static void head_task(void *ctx, int32_t task, int32_t worker) {
     const epyq_numa_head_job *j = ctx;
     j->fn(j->ctx, j->tasks[task], j->worker0 + worker);
 }
 
-bool epyq_numa_run_heads(epyq_model *m, epyq_task_fn fn, void *ctx, int32_t n_seq, int32_t Hv) {
+bool epyq_numa_run_heads(epyq_model *m, epyq_numa_head kind, epyq_task_fn fn, void *ctx,
+                         int32_t n_outer, epyq_numa_bytes_fn bytes) {
     epyq_model_numa *n = m->numa;
-    if (!n || !n->head_group || Hv != m->d.Hv || (int64_t)n_seq * Hv > INT32_MAX) return false;
+    if (!n || !n->head_jobs) return false;
+    const int32_t H = kind == EPYQ_NUMA_HEAD_KV    ? m->d.nkv
+                      : kind == EPYQ_NUMA_HEAD_KEY ? m->d.Hk
+                                                   : m->d.Hv;
+    const int32_t *owner = kind == EPYQ_NUMA_HEAD_KV    ? n->kv_group
+                           : kind == EPYQ_NUMA_HEAD_KEY ? n->key_group
+                                                        : n->head_group;
+    const epyq_seq_numa_kind bk = kind == EPYQ_NUMA_HEAD_KV    ? EPYQ_SEQ_NUMA_KV
+                                  : kind == EPYQ_NUMA_HEAD_KEY ? EPYQ_SEQ_NUMA_CONV
+                                                               : EPYQ_SEQ_NUMA_STATE;
+    if (H < 1 || (int64_t)n_outer * H > INT32_MAX) return false;
     const int32_t G = n->n_groups;
-    /* task ids grouped by owner: group g's are the (sequence, head) pairs of its heads */
-    int32_t *tasks = malloc((size_t)n_seq * (size_t)Hv * sizeof *tasks + 1);
+    /* task ids grouped by owner: group g's are the (outer, head) pairs of its heads */
+    int32_t *tasks = malloc((size_t)n_outer * (size_t)H * sizeof *tasks + 1);
     if (!tasks) return false; /* the caller runs them on its own pool: the same bits */
     int32_t at = 0;
     for (int32_t g = 0; g < G; g++) {
         epyq_numa_head_job *j = &n->head_jobs[g];
         j->fn = fn, j->ctx = ctx, j->tasks = tasks + at;
         int32_t c = 0;
-        for (int32_t q = 0; q < n_seq; q++)
-            for (int32_t vh = 0; vh < Hv; vh++)
-                if (n->head_group[vh] == g) tasks[at + c++] = q * Hv + vh;
+        for (int32_t q = 0; q < n_outer; q++)
+            for (int32_t h = 0; h < H; h++)
+                if (owner[h] == g) {
+                    int32_t t = q * H + h;
+                    tasks[at + c++] = t;
+                    if (!bytes) continue;
+                    /* local when the kind's blocks were bound to this group's node */
+                    const epyq_seq *s = NULL;
+                    uint64_t b = bytes(ctx, t, &s);
+                    bool local = s && (s->numa_bound >> bk & 1u);
+                    epyq_numa_reads *r[2] = {&n->reads[g], &n->sreads[g]};
+                    for (int32_t i = 0; i < 2; i++) *(local ? &r[i]->local : &r[i]->remote) += b;
+                }
         j->n = c;
         at += c;
     }

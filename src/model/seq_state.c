@@ -3,9 +3,12 @@
  * way a KV cache can, so a prompt prefix is only reusable from a copy taken when the sequence
  * stood exactly at its end.
  *
- * Layout of a snapshot (native, in memory only; never written to disk):
+ * Layout of a snapshot (native; chat sessions write it to disk, tools/chat_state.c):
  *   header | K rows [n_kv_layers][pos][nkv*hd] | V rows (same) | conv [n_gdn][Kc-1][conv_dim]
  *   | S [n_gdn][Hv][Dk][Dv]
+ * This is the layout the sequence had before its caches and conv histories were cut into
+ * per-head blocks (seq.c); the copies convert, so that saved sessions stay readable and the
+ * format does not depend on how a sequence is laid out in memory.
  * Only KV rows [0, pos) are kept: rows past the position are never read before they are
  * written again. The MTP layer's rows (when the model has one) are copied like the trunk's,
  * so a restored sequence can draft from the same MTP cache it would have had. */
@@ -36,6 +39,22 @@ static uint64_t kv_row_bytes(const epyq_seq *s) {
     return (uint64_t)s->m->d.nkv * (uint64_t)s->m->d.hd * s->kv_elem;
 }
 
+/* Rows [0, pos) of every KV layer between the cache planes (one per kv head) and the
+ * snapshot's rows [n_kv_layers][pos][nkv*hd] at p; returns p past them. */
+static uint8_t *kv_rows(const epyq_seq *s, uint8_t *cache, uint8_t *p, int32_t pos, bool to_snap) {
+    const size_t head = (size_t)s->m->d.hd * s->kv_elem;
+    for (int32_t l = 0; l < s->n_kv_layers; l++)
+        for (int32_t r = 0; r < pos; r++)
+            for (int32_t kvh = 0; kvh < s->m->d.nkv; kvh++, p += head) {
+                uint8_t *c = cache + ((size_t)l * s->m->d.nkv + (size_t)kvh) * s->kv_plane +
+                             (size_t)r * head;
+                if (to_snap) memcpy(p, c, head);
+                else
+                    memcpy(c, p, head);
+            }
+    return p;
+}
+
 uint64_t epyq_seq_snapshot_size(const epyq_seq *s, int32_t pos) {
     const epyq_model *m = s->m;
     if (pos < 0) pos = 0;
@@ -58,13 +77,8 @@ uint64_t epyq_seq_snapshot(const epyq_seq *s, void *buf) {
     memset(p, 0, HDR_BYTES);
     memcpy(p, &h, sizeof h);
     p += HDR_BYTES;
-    size_t rows = (size_t)s->pos * h.kv_row, plane = (size_t)s->n_ctx * h.kv_row;
-    for (int pass = 0; pass < 2; pass++) {
-        const uint8_t *src = pass ? s->v : s->k;
-        for (int32_t l = 0; l < s->n_kv_layers && rows; l++, p += rows)
-            memcpy(p, src + (size_t)l * plane, rows);
-    }
-    if (h.conv_f) memcpy(p, s->conv, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
+    for (int pass = 0; pass < 2; pass++) p = kv_rows(s, pass ? s->v : s->k, p, s->pos, true);
+    if (h.conv_f) epyq_seq_conv_canon(m, s->conv, p, true), p += h.conv_f * sizeof(float);
     if (h.state_f) memcpy(p, s->S, h.state_f * sizeof(float));
     return h.total;
 }
@@ -103,13 +117,9 @@ static epyq_status restore(epyq_seq *s, const void *buf, uint64_t len, const voi
             err, EPYQ_E_ARG, "state snapshot at position %d: %llu bytes, expected %llu", h.pos,
             (unsigned long long)len, (unsigned long long)epyq_seq_snapshot_size(s, h.pos));
     const uint8_t *p = (const uint8_t *)buf + HDR_BYTES;
-    size_t rows = (size_t)h.pos * h.kv_row, plane = (size_t)s->n_ctx * h.kv_row;
-    for (int pass = 0; pass < 2; pass++) {
-        uint8_t *dst = pass ? s->v : s->k;
-        for (int32_t l = 0; l < s->n_kv_layers && rows; l++, p += rows)
-            memcpy(dst + (size_t)l * plane, p, rows);
-    }
-    if (h.conv_f) memcpy(s->conv, p, h.conv_f * sizeof(float)), p += h.conv_f * sizeof(float);
+    for (int pass = 0; pass < 2; pass++)
+        p = kv_rows(s, pass ? s->v : s->k, (uint8_t *)p, h.pos, false);
+    if (h.conv_f) epyq_seq_conv_canon(m, s->conv, (void *)p, false), p += h.conv_f * sizeof(float);
     if (h.state_f) memcpy(s->S, p, h.state_f * sizeof(float));
     s->pos = h.pos;
     /* snapshots are of text prefixes (prompts with images are never cached) */

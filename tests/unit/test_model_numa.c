@@ -3,8 +3,11 @@
  * On a synthetic int4 model whose experts have 4 slices of 128 intermediate rows, the logits
  * of a prompt and of decode steps must be bit-identical for --numa-split 1, 2 and 4, through
  * the API and through `epyq logits`; with one slice per expert they must equal --numa off's
- * bits; every logical node must run experts; move_pages must find every expert page on its
- * node; a request for a node that does not exist must fail with a message naming it. */
+ * bits, also through a speculative rollback, fp8 caches and a restored snapshot; every logical
+ * node must run experts; move_pages must find every expert page on its node, and every
+ * sequence buffer (DeltaNet states, KV planes, conv histories, speculative snapshots) bound to
+ * its head's owner and on its node; every pool's reads must be local; a request for a node
+ * that does not exist must fail with a message naming it. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +46,35 @@ static void write_model(void) {
     ck_assert_msg(epyq_synth_write(&o, &st, &err) == EPYQ_OK, "%s", err.msg);
 }
 
+static const char *const kind_name[EPYQ_SEQ_NUMA_KINDS] = {"DeltaNet state", "KV cache",
+                                                           "conv history", "speculative"};
+
+/* After a forward: every per-head buffer kind (the speculative snapshots when spec) was bound
+ * to its owner's node and move_pages finds its touched pages there and nowhere else; every
+ * node's pool read sequence buffers, all local. */
+static void check_seq_placed(const epyq_model *m, const epyq_seq *s, bool spec) {
+    epyq_err err = {0};
+    epyq_seq_numa_pages k[EPYQ_SEQ_NUMA_KINDS];
+    ck_assert_msg(epyq_seq_numa_verify_kinds(s, k, &err) == EPYQ_OK, "%s", err.msg);
+    for (int32_t i = 0; i < EPYQ_SEQ_NUMA_KINDS; i++) {
+        if (i == EPYQ_SEQ_NUMA_SPEC && !spec) {
+            ck_assert_uint_eq(k[i].pages, 0); /* none allocated */
+            continue;
+        }
+        ck_assert_msg(k[i].bound && k[i].on_node > 0 && k[i].elsewhere == 0,
+                      "%s: bound %d, %zu pages on their node, %zu elsewhere (of %zu)", kind_name[i],
+                      (int)k[i].bound, k[i].on_node, k[i].elsewhere, k[i].pages);
+    }
+    for (int32_t g = 0; g < epyq_model_numa_groups(m); g++) {
+        uint64_t local = 0, remote = 0;
+        ck_assert_msg(epyq_model_numa_seq_reads(m, g, &local, &remote, &err) == EPYQ_OK, "%s",
+                      err.msg);
+        ck_assert_msg(local > 0 && remote == 0,
+                      "node %d read %llu local, %llu remote sequence bytes", (int)g,
+                      (unsigned long long)local, (unsigned long long)remote);
+    }
+}
+
 /* Prompt logits, then greedy decode steps: [N_PROMPT + N_DECODE][vocab]. numa NULL = off.
  * rq: --requant for the lm_head and the dense 16-bit linears (NONE: exact). */
 static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq, int32_t *vocab,
@@ -54,7 +86,8 @@ static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq,
                           .numa = numa,
                           .moe_slice = slice,
                           .requant_lm_head = rq,
-                          .requant_dense = rq};
+                          .requant_dense = rq,
+                          .gdn_chunk_min = chunk_min};
     ck_assert_msg(epyq_model_load(&m, model_dir, &mo, &err) == EPYQ_OK, "%s", err.msg);
     int32_t V = epyq_model_config(m)->vocab_size;
     *vocab = V;
@@ -63,14 +96,23 @@ static float *run_rq(const epyq_numa_opts *numa, int32_t slice, epyq_requant rq,
     epyq_seq *s = NULL;
     ck_assert_msg(epyq_seq_create(&s, m, 32, EPYQ_KV_BF16, &err) == EPYQ_OK, "%s", err.msg);
     size_t pages = 0, elsewhere = 0;
-    if (numa) { /* every head's state block on its owner's node */
+    if (numa) { /* every head's blocks bound to its owner's node, and not yet touched */
         ck_assert_msg(epyq_seq_numa_verify(s, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
         ck_assert_msg(pages > 0 && elsewhere == 0, "%zu state pages, %zu elsewhere", pages,
                       elsewhere);
+        epyq_seq_numa_pages k[EPYQ_SEQ_NUMA_KINDS];
+        ck_assert_msg(epyq_seq_numa_verify_kinds(s, k, &err) == EPYQ_OK, "%s", err.msg);
+        ck_assert_msg(k[EPYQ_SEQ_NUMA_KV].bound && k[EPYQ_SEQ_NUMA_KV].pages > 0 &&
+                          k[EPYQ_SEQ_NUMA_KV].absent == k[EPYQ_SEQ_NUMA_KV].pages,
+                      "KV cache: bound %d, %zu of %zu pages touched before the first forward",
+                      (int)k[EPYQ_SEQ_NUMA_KV].bound,
+                      k[EPYQ_SEQ_NUMA_KV].pages - k[EPYQ_SEQ_NUMA_KV].absent,
+                      k[EPYQ_SEQ_NUMA_KV].pages);
     }
     int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41};
     epyq_test_greedy(m, s, tok, N_PROMPT, N_DECODE, V, lg);
     *groups = epyq_model_numa_groups(m);
+    if (numa) check_seq_placed(m, s, false);
     /* the last decode step's routed work reached every logical node (16 experts, top-8) */
     for (int32_t g = 0; numa && g < *groups; g++)
         ck_assert_msg(epyq_model_numa_units(m, g) > 0, "node %d of %d ran no expert", (int)g, (int)*groups);
@@ -145,6 +187,94 @@ START_TEST(test_dense_modes_bit_identical) {
     }
     free(off);
     chunk_min = 0;
+}
+END_TEST
+
+#define N_SPEC 3 /* tokens of a speculative verification, of which ROLL_KEEP are kept */
+#define ROLL_KEEP 2
+#define SPEC_ROWS (N_PROMPT + N_SPEC + N_DECODE + 1)
+
+/* The prompt, a speculative verification of N_SPEC tokens in one batch rolled back to
+ * ROLL_KEEP, N_DECODE greedy steps, then one more step on a second sequence restored from a
+ * snapshot of the first (which must give the first's own next row): [SPEC_ROWS][vocab]. The
+ * KV cache of the kind asked for; numa NULL = off. */
+static float *run_spec(const epyq_numa_opts *numa, epyq_kv_type kv, int32_t *vocab) {
+    epyq_err err = {0};
+    epyq_model *m = NULL;
+    epyq_model_opts mo = {.n_threads = 2, .skip_mtp = true, .numa = numa, .moe_slice = INTER};
+    ck_assert_msg(epyq_model_load(&m, model_dir, &mo, &err) == EPYQ_OK, "%s", err.msg);
+    const int32_t V = epyq_model_config(m)->vocab_size;
+    *vocab = V;
+    float *lg = malloc((size_t)SPEC_ROWS * V * sizeof(float));
+    ck_assert_ptr_nonnull(lg);
+    epyq_seq *s = NULL, *s2 = NULL;
+    ck_assert_msg(epyq_seq_create(&s, m, 32, kv, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_seq_create(&s2, m, 32, kv, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_seq *seqs[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) seqs[i] = s;
+    int32_t tok[N_PROMPT] = {5, 77, 300, 12, 900, 41}, draft[N_SPEC] = {17, 230, 4};
+    epyq_batch b = {N_PROMPT, seqs, tok, NULL};
+    ck_assert_msg(epyq_model_forward(m, &b, lg, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_seq_spec_begin(s, N_SPEC, &err) == EPYQ_OK, "%s", err.msg);
+    epyq_batch bs = {N_SPEC, seqs, draft, NULL};
+    float *row = lg + (size_t)N_PROMPT * V;
+    ck_assert_msg(epyq_model_forward(m, &bs, row, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    if (numa) check_seq_placed(m, s, true);
+    ck_assert_msg(epyq_seq_rollback(s, ROLL_KEEP, &err) == EPYQ_OK, "%s", err.msg);
+    row += (size_t)N_SPEC * V;
+    const float *prev = row - (size_t)(N_SPEC - ROLL_KEEP + 1) * V; /* the last kept token's */
+    for (int d = 0; d < N_DECODE; d++, prev = row, row += V) {
+        int32_t t = 0;
+        for (int32_t i = 1; i < V; i++) t = prev[i] > prev[t] ? i : t;
+        epyq_batch b1 = {1, seqs, &t, NULL};
+        ck_assert_msg(epyq_model_forward(m, &b1, row, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    }
+    /* the copy goes through the snapshot layout (rows, not per-head planes) and back */
+    uint64_t len = epyq_seq_snapshot_size(s, epyq_seq_pos(s));
+    void *snap = malloc(len);
+    ck_assert_ptr_nonnull(snap);
+    ck_assert_uint_eq(epyq_seq_snapshot(s, snap), len);
+    ck_assert_msg(epyq_seq_restore(s2, snap, len, &err) == EPYQ_OK, "%s", err.msg);
+    float *own = malloc((size_t)V * sizeof(float));
+    ck_assert_ptr_nonnull(own);
+    int32_t t = 99;
+    epyq_batch b2 = {1, &s2, &t, NULL}, b3 = {1, seqs, &t, NULL};
+    ck_assert_msg(epyq_model_forward(m, &b2, row, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(epyq_model_forward(m, &b3, own, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_msg(!memcmp(own, row, (size_t)V * sizeof(float)),
+                  "a restored copy's next logits differ from the original's");
+    if (numa) check_seq_placed(m, s2, false);
+    free(own), free(snap);
+    epyq_seq_free(s2);
+    epyq_seq_free(s);
+    epyq_model_free(m);
+    return lg;
+}
+
+/* The attention tasks per kv head, the conv and DeltaNet tasks per head, on their owners'
+ * pools over caches and states bound to the owners' nodes: a prompt, a rolled-back
+ * speculative batch, decode and a restored copy give --numa off's bits for split 1, 2 and 4
+ * in both modes, with bf16 and fp8 caches. */
+START_TEST(test_seq_buffers_bit_identical) {
+    write_model();
+    const epyq_kv_type kvs[] = {EPYQ_KV_BF16, EPYQ_KV_FP8};
+    const epyq_numa_mode modes[] = {EPYQ_NUMA_DISTRIBUTE, EPYQ_NUMA_REPLICATE_DENSE};
+    const int32_t splits[] = {1, 2, 4};
+    for (int k = 0; k < 2; k++) {
+        int32_t V;
+        float *off = run_spec(NULL, kvs[k], &V);
+        for (int mi = 0; mi < 2; mi++)
+            for (int i = 0; i < 3; i++) {
+                epyq_numa_opts o = split_opts(splits[i]);
+                o.mode = modes[mi];
+                float *lg = run_spec(&o, kvs[k], &V);
+                ck_assert_msg(!memcmp(lg, off, (size_t)SPEC_ROWS * V * sizeof(float)),
+                              "--numa %s --numa-split %d, %s cache: differs from --numa off",
+                              epyq_numa_mode_name(modes[mi]), (int)splits[i], k ? "fp8" : "bf16");
+                free(lg);
+            }
+        free(off);
+    }
 }
 END_TEST
 
@@ -285,7 +415,8 @@ int main(void) {
     Suite *s = suite_create("model_numa");
     TCase *tc = epyq_test_case(s, "numa", 120);
     EPYQ_TESTS_ADD(tc, test_split_bit_identical, test_dense_modes_bit_identical,
-                   test_placement_verified, test_missing_node_error, test_cli_splits);
+                   test_seq_buffers_bit_identical, test_placement_verified, test_missing_node_error,
+                   test_cli_splits);
     int failed = epyq_test_failures(s, true);
     free(model_dir);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -4,8 +4,8 @@
  * decode logits with the dense linears split by rows over 1, 2 and 4 logical nodes, and with
  * replicate-dense, must be --numa off's bits (whole experts: moe_slice = the intermediate
  * size), with the MTP head loaded so its layer's linears are placed too; move_pages must find
- * every weight page and every DeltaNet state block on its node, and every pool's reads must
- * be local. Exits 77 without fixtures. */
+ * every weight page, and every DeltaNet state, KV plane and conv block, on its node, and every
+ * pool's reads must be local. Exits 77 without fixtures. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,11 +51,25 @@ static float *run(const char *dir, const epyq_numa_opts *numa, int32_t *vocab) {
         ck_assert_msg(epyq_seq_numa_verify(s, &pages, &elsewhere, &err) == EPYQ_OK, "%s", err.msg);
         ck_assert_msg(pages > 0 && elsewhere == 0, "%zu DeltaNet state pages, %zu elsewhere", pages,
                       elsewhere);
+        /* the caches, conv histories and states of every head on its owner's node */
+        epyq_seq_numa_pages k[EPYQ_SEQ_NUMA_KINDS];
+        ck_assert_msg(epyq_seq_numa_verify_kinds(s, k, &err) == EPYQ_OK, "%s", err.msg);
+        const epyq_seq_numa_kind kinds[] = {EPYQ_SEQ_NUMA_STATE, EPYQ_SEQ_NUMA_KV,
+                                            EPYQ_SEQ_NUMA_CONV};
+        for (int i = 0; i < 3; i++) {
+            const epyq_seq_numa_pages *p = &k[kinds[i]];
+            ck_assert_msg(p->bound && p->on_node > 0 && p->elsewhere == 0,
+                          "%s: buffer kind %d: bound %d, %zu pages on their node, %zu elsewhere",
+                          dir, (int)kinds[i], (int)p->bound, p->on_node, p->elsewhere);
+        }
         for (int32_t g = 0; g < epyq_model_numa_groups(m); g++) {
             uint64_t local = 0, remote = 0;
             ck_assert_int_eq(epyq_model_numa_reads(m, g, &local, &remote, &err), EPYQ_OK);
             ck_assert_msg(local > 0 && remote == 0, "%s: node %d read %llu local, %llu remote", dir,
                           (int)g, (unsigned long long)local, (unsigned long long)remote);
+            ck_assert_int_eq(epyq_model_numa_seq_reads(m, g, &local, &remote, &err), EPYQ_OK);
+            ck_assert_msg(remote == 0, "%s: node %d read %llu remote sequence bytes", dir, (int)g,
+                          (unsigned long long)remote);
         }
     }
     epyq_seq_free(s);
