@@ -87,45 +87,33 @@ typedef struct {
 
 enum { MAX_SETS = 6 };
 
+/* Appends a block set unless its buffer is not mapped (no such layers, no snapshots yet). */
+static void add_set(blockset *out, int32_t *c, const char *what, epyq_seq_numa_kind kind,
+                    void *base, size_t bytes, size_t n, int32_t heads, const int32_t *owner) {
+    if (base) out[(*c)++] = (blockset){what, kind, base, bytes, n, heads, owner};
+}
+
 /* The sequence's block sets; spec: the speculative snapshots only, else the others. */
 static int32_t blocksets(const epyq_model *m, const epyq_seq *s, bool spec, blockset *out) {
     const epyq_model_numa *n = m->numa;
     const size_t state = (size_t)m->d.Dk * m->d.Dv * sizeof(float);
     const size_t conv = epyq_seq_conv_blk(m) * sizeof(float);
     const size_t gdn_v = (size_t)m->n_gdn * m->d.Hv, gdn_k = (size_t)m->n_gdn * m->d.Hk;
+    const size_t planes = (size_t)s->n_kv_layers * m->d.nkv;
     int32_t c = 0;
     if (spec) {
-        if (s->spec_S)
-            out[c++] = (blockset){"speculative DeltaNet state",
-                                  EPYQ_SEQ_NUMA_SPEC,
-                                  (uint8_t *)s->spec_S,
-                                  state,
-                                  (size_t)s->spec_cap * gdn_v,
-                                  m->d.Hv,
-                                  n->head_group};
-        if (s->spec_conv)
-            out[c++] = (blockset){"speculative conv history",
-                                  EPYQ_SEQ_NUMA_SPEC,
-                                  (uint8_t *)s->spec_conv,
-                                  conv,
-                                  (size_t)s->spec_cap * gdn_k,
-                                  m->d.Hk,
-                                  n->key_group};
+        add_set(out, &c, "speculative DeltaNet state", EPYQ_SEQ_NUMA_SPEC, s->spec_S, state,
+                (size_t)s->spec_cap * gdn_v, m->d.Hv, n->head_group);
+        add_set(out, &c, "speculative conv history", EPYQ_SEQ_NUMA_SPEC, s->spec_conv, conv,
+                (size_t)s->spec_cap * gdn_k, m->d.Hk, n->key_group);
         return c;
     }
-    if (s->S)
-        out[c++] = (blockset){"DeltaNet state", EPYQ_SEQ_NUMA_STATE, (uint8_t *)s->S, state, gdn_v,
-                              m->d.Hv,          n->head_group};
-    if (s->conv)
-        out[c++] = (blockset){"conv history", EPYQ_SEQ_NUMA_CONV, (uint8_t *)s->conv, conv, gdn_k,
-                              m->d.Hk,        n->key_group};
-    const size_t planes = (size_t)s->n_kv_layers * m->d.nkv;
-    if (s->k) {
-        out[c++] = (blockset){"K cache", EPYQ_SEQ_NUMA_KV, s->k,       s->kv_plane,
-                              planes,    m->d.nkv,         n->kv_group};
-        out[c++] = (blockset){"V cache", EPYQ_SEQ_NUMA_KV, s->v,       s->kv_plane,
-                              planes,    m->d.nkv,         n->kv_group};
-    }
+    add_set(out, &c, "DeltaNet state", EPYQ_SEQ_NUMA_STATE, s->S, state, gdn_v, m->d.Hv,
+            n->head_group);
+    add_set(out, &c, "conv history", EPYQ_SEQ_NUMA_CONV, s->conv, conv, gdn_k, m->d.Hk,
+            n->key_group);
+    add_set(out, &c, "K cache", EPYQ_SEQ_NUMA_KV, s->k, s->kv_plane, planes, m->d.nkv, n->kv_group);
+    add_set(out, &c, "V cache", EPYQ_SEQ_NUMA_KV, s->v, s->kv_plane, planes, m->d.nkv, n->kv_group);
     return c;
 }
 

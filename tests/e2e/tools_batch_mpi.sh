@@ -6,11 +6,7 @@
 # and a single-process partial file resumed over ranks. SKIP (77) without an MPI build or
 # without mpirun. Every mpirun is bounded by timeout.
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
-grep -q '^#define EPYQ_HAVE_MPI 1' "${EPYQ_BUILDDIR:-.}/config.h" 2>/dev/null || { echo "SKIP: built without MPI"; exit 77; }
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
-# CI runs as root in a container: Open MPI refuses root unless told; loopback TCP only.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout -k 10 120 mpirun --oversubscribe ${EPYQ_MPIRUN_ARGS:---mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo}"
+mpi_setup
 make_model
 B="batch -t 1 -c 256 --max-batch 3"
 i=0

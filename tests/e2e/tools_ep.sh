@@ -4,10 +4,7 @@
 # greedy and seeded text equals one process's, batch's records equal one process's file, and
 # bench prints one ep report per test. SKIP (77) without an MPI build or mpirun.
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
-grep -q '^#define EPYQ_HAVE_MPI 1' "${EPYQ_BUILDDIR:-.}/config.h" 2>/dev/null || { echo "SKIP: built without MPI"; exit 77; }
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout -k 10 120 mpirun --oversubscribe ${EPYQ_MPIRUN_ARGS:---mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo}"
+mpi_setup
 make_model
 for args in "--temp 0" "-s 7" "--temp 0 --spec mtp"; do
     "$EPYQ" run -m "$M" -p "Once upon a time" -n 24 $args -t 1 >"$T/one.txt" 2>/dev/null || fail "one process run ($args)"

@@ -23,4 +23,12 @@ make_model() {
     M="$T/tiny"
     "$EPYQ" synth -o "$M" --shape tiny --format ct -t 1 >"$T/synth.log" 2>&1 || { cat "$T/synth.log"; exit 1; }
 }
+# The MPI tests' start: SKIP (77) without an MPI build or without mpirun; CI runs as root in a
+# container, which Open MPI refuses unless told; loopback TCP only, every mpirun bounded.
+mpi_setup() {
+    grep -q '^#define EPYQ_HAVE_MPI 1' "${EPYQ_BUILDDIR:-.}/config.h" 2>/dev/null || { echo "SKIP: built without MPI"; exit 77; }
+    command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPIRUN="timeout -k 10 120 mpirun --oversubscribe ${EPYQ_MPIRUN_ARGS:---mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo}"
+}
 finish() { [ "$FAILS" = 0 ] && { echo "all passed"; exit 0; }; echo "$FAILS failed"; exit 1; }

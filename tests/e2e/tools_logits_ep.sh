@@ -5,10 +5,7 @@
 # part SKIPs without them). A rank that fails ends the job (MPI_Abort) instead of leaving the
 # others waiting in an exchange. SKIP (77) without an MPI build or mpirun.
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
-grep -q '^#define EPYQ_HAVE_MPI 1' "${EPYQ_BUILDDIR:-.}/config.h" 2>/dev/null || { echo "SKIP: built without MPI"; exit 77; }
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-MPIRUN="timeout -k 10 120 mpirun --oversubscribe ${EPYQ_MPIRUN_ARGS:---mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo}"
+mpi_setup
 make_model
 ids=1,5,9,200,31,7,64,3,12,99,41,8
 for args in "--decode 6" "--decode 3 --mtp --path a16"; do
