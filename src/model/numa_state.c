@@ -131,6 +131,32 @@ static size_t run_of(const blockset *b, size_t i, int32_t *group) {
     return e;
 }
 
+/* Every run of blocks of b that share an owner, in order: fn(ctx, b, run start, run bytes, OS
+ * node, label naming the blocks and node). Stops at the first status fn returns that is not OK. */
+typedef epyq_status (*run_fn)(void *ctx, const blockset *b, uint8_t *at, size_t bytes,
+                              int32_t os_index, const char *what, epyq_err *err);
+
+static epyq_status walk_runs(const epyq_model *m, const blockset *b, run_fn fn, void *ctx,
+                             epyq_err *err) {
+    for (size_t i = 0; i < b->n;) {
+        int32_t g;
+        size_t e = run_of(b, i, &g);
+        const epyq_numa_group *gr = &m->numa->setup->plan->groups[g];
+        char what[96];
+        snprintf(what, sizeof what, "%s blocks %zu-%zu (node %d)", b->what, i, e - 1,
+                 (int)gr->node);
+        TRY(fn(ctx, b, b->base + i * b->bytes, (e - i) * b->bytes, gr->os_index, what, err));
+        i = e;
+    }
+    return EPYQ_OK;
+}
+
+static epyq_status bind_run(void *ctx, const blockset *b, uint8_t *at, size_t bytes,
+                            int32_t os_index, const char *what, epyq_err *err) {
+    (void)ctx, (void)b;
+    return epyq_numa_bind_range(at, bytes, os_index, what, err);
+}
+
 static epyq_status place_sets(const epyq_model *m, epyq_seq *s, bool spec, epyq_err *err) {
     const epyq_model_numa *n = m->numa;
     if (!n || !n->head_jobs || !n->setup->plan->bind_memory) return EPYQ_OK;
@@ -143,18 +169,7 @@ static epyq_status place_sets(const epyq_model *m, epyq_seq *s, bool spec, epyq_
             unbound |= 1u << b->kind;
             continue;
         }
-        for (size_t i = 0; i < b->n;) {
-            int32_t g;
-            size_t e = run_of(b, i, &g);
-            const epyq_numa_group *gr = &n->setup->plan->groups[g];
-            char what[96];
-            snprintf(what, sizeof what, "%s blocks %zu-%zu (node %d)", b->what, i, e - 1,
-                     (int)gr->node);
-            epyq_status st = epyq_numa_bind_range(b->base + i * b->bytes, (e - i) * b->bytes,
-                                                  gr->os_index, what, err);
-            if (st != EPYQ_OK) return st;
-            i = e;
-        }
+        TRY(walk_runs(m, b, bind_run, NULL, err));
         bound |= 1u << b->kind;
     }
     s->numa_bound = (s->numa_bound | bound) & ~unbound;
@@ -169,6 +184,27 @@ epyq_status epyq_numa_spec_place(const epyq_model *m, epyq_seq *s, epyq_err *err
     return place_sets(m, s, true, err);
 }
 
+/* verify_kinds' tally: pages per kind, and the first failure (the walk goes on past it). */
+typedef struct {
+    epyq_seq_numa_pages *out; /* [EPYQ_SEQ_NUMA_KINDS] */
+    epyq_status first;
+    epyq_err *err;
+} verify_tally;
+
+static epyq_status verify_run(void *ctx, const blockset *b, uint8_t *at, size_t bytes,
+                              int32_t os_index, const char *what, epyq_err *err) {
+    (void)err;
+    verify_tally *v = ctx;
+    epyq_seq_numa_pages *o = &v->out[b->kind];
+    epyq_numa_verify_report rep;
+    epyq_err e1 = {0};
+    epyq_status st = epyq_numa_verify(at, bytes, &os_index, 1, what, &rep, &e1);
+    o->pages += rep.pages, o->on_node += rep.on_node, o->absent += rep.absent;
+    o->elsewhere += rep.elsewhere;
+    if (st != EPYQ_OK && v->first == EPYQ_OK) v->first = st, *v->err = e1;
+    return EPYQ_OK;
+}
+
 epyq_status epyq_seq_numa_verify_kinds(const epyq_seq *s,
                                        epyq_seq_numa_pages out[EPYQ_SEQ_NUMA_KINDS],
                                        epyq_err *err) {
@@ -180,34 +216,14 @@ epyq_status epyq_seq_numa_verify_kinds(const epyq_seq *s,
                             "NUMA verify: the model was loaded without a NUMA mode");
     for (int32_t k = 0; k < EPYQ_SEQ_NUMA_KINDS; k++) out[k].bound = s->numa_bound >> k & 1u;
     if (!n->setup->plan->bind_memory) return EPYQ_OK;
-    epyq_status first = EPYQ_OK;
+    verify_tally v = {out, EPYQ_OK, err};
     for (int spec = 0; spec < 2; spec++) {
         blockset sets[MAX_SETS];
         int32_t c = blocksets(m, s, spec, sets);
-        for (int32_t k = 0; k < c; k++) {
-            const blockset *b = &sets[k];
-            if (!paged(b)) continue;
-            epyq_seq_numa_pages *o = &out[b->kind];
-            for (size_t i = 0; i < b->n;) {
-                int32_t g;
-                size_t e = run_of(b, i, &g);
-                const epyq_numa_group *gr = &n->setup->plan->groups[g];
-                char what[96];
-                snprintf(what, sizeof what, "%s blocks %zu-%zu (node %d)", b->what, i, e - 1,
-                         (int)gr->node);
-                epyq_numa_verify_report rep;
-                epyq_err e1 = {0};
-                int32_t os = gr->os_index;
-                epyq_status st = epyq_numa_verify(b->base + i * b->bytes, (e - i) * b->bytes, &os,
-                                                  1, what, &rep, &e1);
-                o->pages += rep.pages, o->on_node += rep.on_node, o->absent += rep.absent;
-                o->elsewhere += rep.elsewhere;
-                if (st != EPYQ_OK && first == EPYQ_OK) first = st, *err = e1;
-                i = e;
-            }
-        }
+        for (int32_t k = 0; k < c; k++)
+            if (paged(&sets[k])) (void)walk_runs(m, &sets[k], verify_run, &v, err);
     }
-    return first;
+    return v.first;
 }
 
 epyq_status epyq_seq_numa_verify(const epyq_seq *s, size_t *pages, size_t *elsewhere,
