@@ -58,7 +58,7 @@ async function main() {
 
   // Abort a stream after its first chunk; the server cancels it; healthy requests follow.
   const ac = new AbortController();
-  const s = await client.chat.completions.create({ model, messages: msgs, max_tokens: 1500, ignore_eos: true, stream: true },
+  const s = await client.chat.completions.create({ model, messages: msgs, max_tokens: 60000, ignore_eos: true, stream: true },
                                                  { signal: ac.signal });
   let got = 0;
   try { for await (const ch of s) { if (++got === 2) ac.abort(); } } catch (e) { show('< abort', { name: e.name }); }

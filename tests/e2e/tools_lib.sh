@@ -23,6 +23,13 @@ make_model() {
     M="$T/tiny"
     "$EPYQ" synth -o "$M" --shape tiny --format ct -t 1 >"$T/synth.log" 2>&1 || { cat "$T/synth.log"; exit 1; }
 }
+# A copy of the tiny model $M in $T/long whose config allows 65536 positions: a request for
+# 60000 tokens with ignore_eos outlasts any client that goes away, on any machine (the tiny
+# model decodes thousands of tokens a second, so a shorter one can finish first).
+make_long_model() {
+    cp -r "$M" "$T/long"
+    sed -i 's/"max_position_embeddings": *4096/"max_position_embeddings": 65536/' "$T/long/config.json"
+}
 # The MPI tests' start: SKIP (77) without an MPI build or without mpirun; CI runs as root in a
 # container, which Open MPI refuses unless told; loopback TCP only, every mpirun bounded.
 mpi_setup() {

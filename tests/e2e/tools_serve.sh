@@ -100,11 +100,10 @@ while [ $i -lt 16 ]; do tail -n 2 "$T/c$i" | grep -q '^data: \[DONE\]$' && n=$((
 
 # An aborted stream and an aborted plain request: each is cancelled and its sequence freed;
 # healthy requests follow. The tiny model decodes thousands of tokens a second, so both run
-# on a copy of it whose config allows 65536 positions, asked for 60000 tokens with ignore_eos:
-# neither can finish before its client goes, on any machine. The stream is cut by head after
+# on make_long_model's copy, asked for 60000 tokens with ignore_eos: neither can finish
+# before its client goes, on any machine. The stream is cut by head after
 # its first bytes; the plain request's curl is killed once the server reports it running.
-cp -r "$M" "$T/long"
-sed -i 's/"max_position_embeddings": *4096/"max_position_embeddings": 65536/' "$T/long/config.json"
+make_long_model
 start_server long -m "$T/long" -t 1 -c 65536 --parallel 2 --max-queue 4
 LONG=$SPID
 metric() { curl -s -m 10 "$URL/metrics" | sed -n "s/^$1 //p"; }

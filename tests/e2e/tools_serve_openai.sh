@@ -21,7 +21,9 @@ if ! [ -f "$NODE_DIR/node_modules/openai/package.json" ]; then
 fi
 echo "openai $(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$NODE_DIR/node_modules/openai/package.json" | head -1), node $(node --version)"
 make_model
-start_server main -m "$M" -t 1 -c 2048 --parallel 4 --api-key sekret --grace 20
+# the aborted stream asks for 60000 tokens: it cannot finish before its client goes
+make_long_model
+start_server main -m "$T/long" --served-model-name tiny -t 1 -c 65536 --parallel 4 --api-key sekret --grace 20
 cp "${srcdir:-.}/tests/e2e/serve_openai.mjs" "$NODE_DIR/serve_openai.mjs"
 EPYQ_URL=$URL EPYQ_MODEL=tiny EPYQ_PID=$SPID timeout 300 node "$NODE_DIR/serve_openai.mjs" || fail "openai client session"
 stop_server $SPID
