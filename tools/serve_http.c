@@ -80,6 +80,7 @@ typedef struct {
     epyq_sbuf sse;
     size_t sse_pos;
     bool stream_ended;
+    bool gone_counted; /* epyq_requests_cancelled_total already has this request */
 } sreq;
 
 static void count(epyq_server *s, int ep, int status) {
@@ -179,6 +180,15 @@ static bool client_gone(const sreq *q) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
+/* The client went away before its answer was finished: count it and cancel it here, before the
+ * engine's CANCELLED finish marks the request done (completed() would then see nothing unfinished).
+ */
+static void cancel_gone(sreq *q) {
+    if (!__atomic_exchange_n(&q->gone_counted, true, __ATOMIC_RELAXED))
+        __atomic_add_fetch(&q->s->cancelled, 1, __ATOMIC_RELAXED);
+    epyq_runner_cancel(q->s->runner, q->ticket);
+}
+
 /* Wait for news from the engine (or POLL_MS); under q->mu. */
 static void wait_news(sreq *q) {
     struct timespec dl;
@@ -232,7 +242,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         pthread_mutex_unlock(&q->mu);
         if (idle) {
             if (client_gone(q)) {
-                epyq_runner_cancel(q->s->runner, q->ticket);
+                cancel_gone(q);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
             continue;
@@ -413,7 +423,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, sreq *q) {
             return fail(c, q, 500, "server_error", NULL, NULL, err.msg);
         }
         if (!done && client_gone(q)) {
-            epyq_runner_cancel(s->runner, q->ticket); /* counted in completed() */
+            cancel_gone(q);
             return MHD_NO; /* nobody to answer */
         }
     }
@@ -612,10 +622,9 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         pthread_mutex_lock(&q->mu);
         bool unfinished = !q->done;
         pthread_mutex_unlock(&q->mu);
-        if (unfinished || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
-            if (unfinished) __atomic_add_fetch(&s->cancelled, 1, __ATOMIC_RELAXED);
+        if (unfinished) cancel_gone(q);
+        else if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
             epyq_runner_cancel(s->runner, q->ticket);
-        }
         __atomic_sub_fetch(&s->inflight, 1, __ATOMIC_RELAXED);
     }
     sreq_unref(q);
