@@ -33,5 +33,11 @@
 #ifndef W4_PREFETCH
 #define W4_PREFETCH 4096
 #endif
+/* Into L2, not L1: with several tiles in flight (a8_tiles1's NT streams) the lines prefetched
+ * W4_PREFETCH ahead of each would fill a 32 KiB L1 before use. Zen 4 VM, 2 threads: MoE of 8
+ * experts 86% -> 95% of the read probe, lm_head-shaped int4 GEMV 91% -> 99%. */
+#ifndef W4_PF_HINT
+#define W4_PF_HINT _MM_HINT_T1
+#endif
 
 #endif
