@@ -172,6 +172,50 @@ END_TEST
 /* Bitwise mode: a thread pool hands each worker a slice of rows, so a row's value may not
  * depend on where the slices start or end (remainder rows run a narrower register tile),
  * and the GQA entry must give exactly what one call per head gives. */
+/* A token's outputs may not depend on the tokens beside it: the engine batches sequences in
+ * any mix, and a sequence must get the same bits alone or among others. So every token of an
+ * m-token call equals the same token computed alone, across the many-token path's row blocks
+ * (n past 64), k chunks (k past 2048) and token-tile tails (m % 4). */
+START_TEST(test_bitwise_tokens) {
+    static const int ks[] = {1, 17, 300, 2048, 2049, 4100};
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        rng_state = 0x70cull + (uint64_t)l;
+        for (int c = 0; c < (fast_mode() ? 6 : 12); c++) {
+            const int n = rnd_range(1, 200), k = ks[c % 6], m = rnd_range(4, 21);
+            const int n0 = rnd_range(0, n - 1);
+            uint16_t *w = rnd_bf16((size_t)n * (size_t)k);
+            float *x = rnd_floats((size_t)m * (size_t)k);
+            float *y = nan_floats((size_t)m * (size_t)n), *y1 = nan_floats((size_t)n);
+            for (int exact = 0; exact < 2; exact++) {
+                void (*fn)(const uint16_t *, int32_t, int32_t, int32_t, const epyq_act *, float *,
+                           int32_t) = exact ? t->bf16_gemm_f32 : t->bf16_gemm;
+                const epyq_act a = {.m = m, .k = k, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x};
+                fn(w, k, n0, n, &a, y, n);
+                for (int tk = 0; tk < m; tk++) {
+                    const epyq_act a1 = {.m = 1,
+                                         .k = k,
+                                         .gs = 128,
+                                         .path = EPYQ_PATH_A16,
+                                         .f32 = x + (size_t)tk * (size_t)k};
+                    fn(w, k, n0, n, &a1, y1, n);
+                    ck_assert_msg(
+                        memcmp(y + (size_t)tk * (size_t)n + n0, y1 + n0,
+                               (size_t)(n - n0) * sizeof *y1) == 0,
+                        "%s %s n=%d k=%d m=%d rows [%d,%d): token %d differs from the token alone",
+                        t->name, exact ? "bf16_gemm_f32" : "bf16_gemm", n, k, m, n0, n, tk);
+                }
+            }
+            free(w);
+            free(x);
+            free(y);
+            free(y1);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_bitwise_slices) {
     for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
         const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
@@ -530,8 +574,8 @@ static Suite *dense_suite(void) {
     TCase *tc = epyq_test_case(s, "dispatch", 0);
     EPYQ_TESTS_ADD(tc, test_isa_parse, test_select_caps, test_tables, test_env_cap);
     tc = epyq_test_case(s, "kernels", 120);
-    EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_slices, test_attn,
-                   test_attn_multi, test_attn_peaked, test_gdn_step, test_stream_read);
+    EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_tokens, test_bitwise_slices,
+                   test_attn, test_attn_multi, test_attn_peaked, test_gdn_step, test_stream_read);
     return s;
 }
 
