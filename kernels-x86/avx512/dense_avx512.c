@@ -88,6 +88,16 @@ INLINE void tile_step(const uint16_t *w, size_t k, const float *x, size_t ldx, s
     }
 }
 
+/* Columns [i, c1) in 16-wide steps, the last one masked. The full steps use a constant mask
+ * so the loads fold into the widening and the FMAs; a mask computed in the loop kept them
+ * apart (Zen 4, m = 32: 74 -> 93 GFLOP/s). */
+INLINE void tile_steps_to(const uint16_t *w, size_t k, const float *x, size_t ldx, size_t i,
+                          size_t c1, __m512 acc[GEMV_R][TILE_T], const int R, const int T,
+                          const int mode) {
+    for (; i + 16 <= c1; i += 16) tile_step(w, k, x, ldx, i, (__mmask16)0xffff, acc, R, T, mode);
+    if (i < c1) tile_step(w, k, x, ldx, i, (__mmask16)((1u << (c1 - i)) - 1), acc, R, T, mode);
+}
+
 /* One R x T register tile: y[t][r] = w[r] . x[t] over the whole k. R, T, mode are
  * compile-time constants at every call site, so the loops below unroll into registers.
  * An 8-row tile (1 to 3 tokens: decode, a speculative verify step) prefetches the next row
@@ -109,11 +119,7 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
             tile_step(w, k, x, ldx, i, (__mmask16)0xffff, acc, R, T, mode);
             tile_step(w, k, x, ldx, i + 16, (__mmask16)0xffff, acc, R, T, mode);
         }
-    for (; i < k; i += 16) {
-        const size_t rem = k - i;
-        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
-        tile_step(w, k, x, ldx, i, m, acc, R, T, mode);
-    }
+    tile_steps_to(w, k, x, ldx, i, k, acc, R, T, mode);
     UNROLL
     for (int r = 0; r < R; r++)
         UNROLL
@@ -153,8 +159,11 @@ INLINE void block_tile(const uint16_t *w, size_t k, const float *x, size_t c0, s
                        const int T, const int mode) {
     __m512 acc[GEMV_R][TILE_T];
     UNROLL
-    for (int r = 0; r < R; r++) UNROLL
-    for (int t = 0; t < T; t++) acc[r][t] = c0 == 0 ? _mm512_setzero_ps() : carry[r * TILE_T + t];
+    for (int r = 0; r < R; r++) {
+        UNROLL
+        for (int t = 0; t < T; t++)
+            acc[r][t] = c0 == 0 ? _mm512_setzero_ps() : carry[r * TILE_T + t];
+    }
     size_t i = c0;
     if (pf)
         for (; i + 32 <= c1; i += 32) {
@@ -164,17 +173,15 @@ INLINE void block_tile(const uint16_t *w, size_t k, const float *x, size_t c0, s
             tile_step(w, k, x, k, i, (__mmask16)0xffff, acc, R, T, mode);
             tile_step(w, k, x, k, i + 16, (__mmask16)0xffff, acc, R, T, mode);
         }
-    for (; i < c1; i += 16) {
-        const size_t rem = c1 - i;
-        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
-        tile_step(w, k, x, k, i, m, acc, R, T, mode);
-    }
+    tile_steps_to(w, k, x, k, i, c1, acc, R, T, mode);
     UNROLL
-    for (int r = 0; r < R; r++) UNROLL
-    for (int t = 0; t < T; t++) {
-        if (c1 == k) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
-        else
-            carry[r * TILE_T + t] = acc[r][t];
+    for (int r = 0; r < R; r++) {
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            if (c1 == k) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+            else
+                carry[r * TILE_T + t] = acc[r][t];
+        }
     }
 }
 
