@@ -263,6 +263,20 @@ INLINE void bf_convert_x(const float *x, size_t ldx, size_t kl, size_t kp, uint1
 }
 
 /* y[t][r] (+)= w[r][0..kl) . xb[t][0..kl) for an R x T tile. */
+/* 32 columns [i, i + 32) of an R x T tile, lanes outside mask m read as zero. */
+INLINE void bf_step(const uint16_t *w, size_t ldw, const uint16_t *xb, size_t kp, size_t i,
+                    __mmask32 m, __m512 acc[GEMV_R][TILE_T], const int R, const int T) {
+    __m512bh xv[TILE_T];
+    UNROLL
+    for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_load_si512(xb + (size_t)t * kp + i);
+    UNROLL
+    for (int r = 0; r < R; r++) {
+        const __m512bh wb = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (size_t)r * ldw + i);
+        UNROLL
+        for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xv[t]);
+    }
+}
+
 INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb, size_t kp,
                     float *y, size_t ldy, int accumulate, const int R, const int T) {
     __m512 acc[GEMV_R][TILE_T];
@@ -270,23 +284,14 @@ INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb
     for (int r = 0; r < R; r++)
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    for (size_t i = 0; i < kl; i += 32) {
-        const size_t rem = kl - i;
-        const __mmask32 m = rem >= 32 ? ~(__mmask32)0 : (__mmask32)((1ull << rem) - 1);
-        __m512bh xv[TILE_T];
-        if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
-        UNROLL
-        for (int t = 0; t < T; t++) xv[t] = (__m512bh)_mm512_load_si512(xb + (size_t)t * kp + i);
-        UNROLL
-        for (int r = 0; r < R; r++) {
-            const __m512bh wb = (__m512bh)_mm512_maskz_loadu_epi16(m, w + (size_t)r * ldw + i);
-            UNROLL
-            for (int t = 0; t < T; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wb, xv[t]);
+        size_t i = 0;
+        for (; i + 32 <= kl; i += 32) { /* constant mask: see tile_steps_to */
+            if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
+            bf_step(w, ldw, xb, kp, i, ~(__mmask32)0, acc, R, T);
         }
-    }
-    UNROLL
-    for (int r = 0; r < R; r++)
+        if (i < kl) bf_step(w, ldw, xb, kp, i, (__mmask32)((1ull << (kl - i)) - 1), acc, R, T);
         UNROLL
+        for (int r = 0; r < R; r++) UNROLL
         for (int t = 0; t < T; t++) {
             const float s = _mm512_reduce_add_ps(acc[r][t]);
             float *yo = y + (size_t)t * ldy + (size_t)r;
