@@ -262,7 +262,6 @@ INLINE void bf_convert_x(const float *x, size_t ldx, size_t kl, size_t kp, uint1
         }
 }
 
-/* y[t][r] (+)= w[r][0..kl) . xb[t][0..kl) for an R x T tile. */
 /* 32 columns [i, i + 32) of an R x T tile, lanes outside mask m read as zero. */
 INLINE void bf_step(const uint16_t *w, size_t ldw, const uint16_t *xb, size_t kp, size_t i,
                     __mmask32 m, __m512 acc[GEMV_R][TILE_T], const int R, const int T) {
@@ -277,26 +276,30 @@ INLINE void bf_step(const uint16_t *w, size_t ldw, const uint16_t *xb, size_t kp
     }
 }
 
+/* y[t][r] (+)= w[r][0..kl) . xb[t][0..kl) for an R x T tile. */
 INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb, size_t kp,
                     float *y, size_t ldy, int accumulate, const int R, const int T) {
     __m512 acc[GEMV_R][TILE_T];
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
         UNROLL
         for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-        size_t i = 0;
-        for (; i + 32 <= kl; i += 32) { /* constant mask: see tile_steps_to */
-            if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
-            bf_step(w, ldw, xb, kp, i, ~(__mmask32)0, acc, R, T);
-        }
-        if (i < kl) bf_step(w, ldw, xb, kp, i, (__mmask32)((1ull << (kl - i)) - 1), acc, R, T);
+    }
+    size_t i = 0;
+    for (; i + 32 <= kl; i += 32) { /* constant mask: see tile_steps_to */
+        if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
+        bf_step(w, ldw, xb, kp, i, ~(__mmask32)0, acc, R, T);
+    }
+    if (i < kl) bf_step(w, ldw, xb, kp, i, (__mmask32)((1ull << (kl - i)) - 1), acc, R, T);
+    UNROLL
+    for (int r = 0; r < R; r++) {
         UNROLL
-        for (int r = 0; r < R; r++) UNROLL
         for (int t = 0; t < T; t++) {
             const float s = _mm512_reduce_add_ps(acc[r][t]);
             float *yo = y + (size_t)t * ldy + (size_t)r;
             *yo = accumulate ? *yo + s : s;
         }
+    }
 }
 
 /* One token tile over rows [j0, j1) for one k chunk. */
