@@ -102,9 +102,13 @@ for r in range(1, rounds + 1):
         for row in jl(f):
             npp, ntg = row.get("n_prompt", 0), row.get("n_gen", 0)
             add(prog, f"pp{npp}" if npp else f"tg{ntg}", row.get("avg_ts"))
-    for prog, f in (("ik_llama.cpp -rtr", f"{out}/ik_llama-batched-{r}.txt"), ("llama.cpp", f"{out}/llama-batched-{r}.txt")):
-        try: txt = open(f).read()
-        except OSError: continue
+    for prog, base in (("ik_llama.cpp -rtr", f"{out}/ik_llama-batched-{r}"), ("llama.cpp", f"{out}/llama-batched-{r}")):
+        # ik_llama.cpp prints its table on stderr, llama.cpp on stdout; a run that aborts
+        # part-way (ik_llama.cpp at B = 32 on this shape) still leaves its finished rows.
+        txt = ""
+        for ext in (".txt", ".err"):
+            try: txt += open(base + ext).read()
+            except OSError: pass
         # |    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |
         for line in txt.splitlines():
             cells = [c.strip() for c in line.strip().strip('|').split('|')]
