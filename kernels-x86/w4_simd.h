@@ -3,6 +3,8 @@
 #ifndef EPYQ_W4_SIMD_H
 #define EPYQ_W4_SIMD_H
 
+#include "kernels-x86/kern_impl.h" /* EPYQ_PF_WEIGHTS */
+
 #define W4_INLINE static inline __attribute__((always_inline))
 
 /* Runs the statements for r = 0 .. MR-1 (MR <= 16) with r a compile-time constant, so arrays
@@ -32,12 +34,6 @@
  * out-of-order window reaches only a few KiB ahead. */
 #ifndef W4_PREFETCH
 #define W4_PREFETCH 4096
-#endif
-/* Into L2, not L1: with several tiles in flight (a8_tiles1's NT streams) the lines prefetched
- * W4_PREFETCH ahead of each would fill a 32 KiB L1 before use. Zen 4 VM, 2 threads: MoE of 8
- * experts 86% -> 95% of the read probe, lm_head-shaped int4 GEMV 91% -> 99%. */
-#ifndef W4_PF_HINT
-#define W4_PF_HINT _MM_HINT_T1
 #endif
 
 #endif

@@ -61,7 +61,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
             const __m256i v1 =
                 _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
-            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), W4_PF_HINT);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
             const __m256i lo0 = _mm256_and_si256(v0, m0f);
             const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m0f);
             const __m256i lo1 = _mm256_and_si256(v1, m0f);
@@ -108,7 +108,7 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK));
             const __m256i v1 =
                 _mm256_loadu_si256((const __m256i *)(rec + (size_t)b * W4_BLOCK + 32));
-            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), W4_PF_HINT);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
             /* Step p: codes k0+p (low half) and k0+p+4 (high half) against x16 pair p. */
 #define A16_STEP(P)                                                                              \
     do {                                                                                         \

@@ -54,20 +54,12 @@ INLINE __m512 round_bf16(__m512 x) {
     return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), nan, x);
 }
 
-/* The next tile is 32 KiB ahead at k = 2048: a T0 prefetch that far ahead lands in an L1
- * (32 KiB on Zen 4) that the current tile is still streaming through and is evicted before
- * use. Into L2 (T1) it stays. Zen 4 VM, lm_head shape, 2 threads: exact kernel 78% -> 94% of
- * the read probe, VDPBF16PS 84% -> 97%. */
-#ifndef DENSE_PF_HINT
-#define DENSE_PF_HINT _MM_HINT_T1
-#endif
-/* Column i's line of each row of the next R-row tile (rows ld elements apart): a GEMV
- * tile's rows are short streams the hardware prefetcher alone keeps too few lines ahead of
- * (see gemm_tile). */
-INLINE void prefetch_next_tile(const uint16_t *w, size_t ld, size_t i, const int R) {
+/* Column i's line of each of R rows from p (rows ld elements apart): a GEMV tile's rows are
+ * short streams the hardware prefetcher alone keeps too few lines ahead of (see gemm_tile). */
+INLINE void prefetch_rows(const uint16_t *p, size_t ld, size_t i, const int R) {
     UNROLL
     for (int r = 0; r < R; r++)
-        _mm_prefetch((const char *)(w + (size_t)(R + r) * ld + i), DENSE_PF_HINT);
+        _mm_prefetch((const char *)(p + (size_t)r * ld + i), EPYQ_PF_WEIGHTS);
 }
 
 /* 16 columns [i, i + 16) of an R x T tile, lanes outside mask m read as zero. */
@@ -98,32 +90,47 @@ INLINE void tile_steps_to(const uint16_t *w, size_t k, const float *x, size_t ld
     if (i < c1) tile_step(w, k, x, ldx, i, (__mmask16)((1u << (c1 - i)) - 1), acc, R, T, mode);
 }
 
-/* One R x T register tile: y[t][r] = w[r] . x[t] over the whole k. R, T, mode are
- * compile-time constants at every call site, so the loops below unroll into registers.
- * An 8-row tile (1 to 3 tokens: decode, a speculative verify step) prefetches the next row
- * tile at the same offset, one line per row per 64 bytes: its 8 rows are 8 short streams
- * (4 KiB each at k = 2048) that the hardware prefetcher alone kept too few lines ahead of; on
- * this VM, 1 thread, lm_head shape, 84% -> 97% of the read probe (median of 9). The columns
- * are summed in the same order either way, so the results are the same bits. */
-INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, float *y,
-                      size_t ldy, const int R, const int T, const int mode) {
+/* Columns [c0, c1) of an R x T register tile, y[t][r] = w[r] . x[t]; the accumulators start
+ * at zero (c0 == 0) or from carry, and end reduced into y (c1 == k) or back in carry. pf: the
+ * rows to prefetch, or NULL. R, T, mode are compile-time constants at every call site, so the
+ * loops below unroll into registers. */
+INLINE void block_tile(const uint16_t *w, size_t k, const float *x, size_t c0, size_t c1,
+                       __m512 *carry, float *y, size_t ldy, const uint16_t *pf, const int R,
+                       const int T, const int mode) {
     __m512 acc[GEMV_R][TILE_T];
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
         UNROLL
-        for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
-    size_t i = 0;
-    if (R == GEMV_R)
-        for (; i + 32 <= k; i += 32) {
-            prefetch_next_tile(w, k, i, R);
-            tile_step(w, k, x, ldx, i, (__mmask16)0xffff, acc, R, T, mode);
-            tile_step(w, k, x, ldx, i + 16, (__mmask16)0xffff, acc, R, T, mode);
+        for (int t = 0; t < T; t++)
+            acc[r][t] = c0 == 0 ? _mm512_setzero_ps() : carry[r * TILE_T + t];
+    }
+    size_t i = c0;
+    if (pf)
+        for (; i + 32 <= c1; i += 32) {
+            prefetch_rows(pf, k, i, R);
+            tile_step(w, k, x, k, i, (__mmask16)0xffff, acc, R, T, mode);
+            tile_step(w, k, x, k, i + 16, (__mmask16)0xffff, acc, R, T, mode);
         }
-    tile_steps_to(w, k, x, ldx, i, k, acc, R, T, mode);
+    tile_steps_to(w, k, x, k, i, c1, acc, R, T, mode);
     UNROLL
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
         UNROLL
-        for (int t = 0; t < T; t++) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int t = 0; t < T; t++) {
+            if (c1 == k) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+            else
+                carry[r * TILE_T + t] = acc[r][t];
+        }
+    }
+}
+
+/* One R x T register tile over the whole k. An 8-row tile (1 to 3 tokens: decode, a speculative
+ * verify step) prefetches the next row tile at the same offset, one line per row per 64 bytes: its
+ * 8 rows are 8 short streams (4 KiB each at k = 2048) that the hardware prefetcher alone kept too
+ * few lines ahead of; on this VM, 1 thread, lm_head shape, 84% -> 97% of the read probe (median of
+ * 9). The columns are summed in the same order either way, so the results are the same bits. */
+INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, float *y, size_t ldy,
+                      const int R, const int T, const int mode) {
+    block_tile(w, k, x, 0, k, NULL, y, ldy, R == GEMV_R ? w + (size_t)R * k : NULL, R, T, mode);
 }
 
 /* 1 to 3 tokens (a decode or speculative verify step) over one R-row tile: 8 prefetched row
@@ -132,9 +139,9 @@ INLINE void gemm_tile(const uint16_t *w, size_t k, const float *x, size_t ldx, f
 INLINE void gemm_rows_few(const uint16_t *w, size_t k, const float *x, int32_t m, float *y,
                           size_t ldy, const int R, const int mode) {
     switch (m) {
-    case 3: gemm_tile(w, k, x, k, y, ldy, R, 3, mode); break;
-    case 2: gemm_tile(w, k, x, k, y, ldy, R, 2, mode); break;
-    default: gemm_tile(w, k, x, k, y, ldy, R, 1, mode); break;
+    case 3: gemm_tile(w, k, x, y, ldy, R, 3, mode); break;
+    case 2: gemm_tile(w, k, x, y, ldy, R, 2, mode); break;
+    default: gemm_tile(w, k, x, y, ldy, R, 1, mode); break;
     }
 }
 
@@ -151,39 +158,6 @@ INLINE void gemm_rows_few(const uint16_t *w, size_t k, const float *x, int32_t m
 #define GEMM_NB 64
 #define GEMM_KC 2048
 #define GEMM_CARRY ((GEMM_NB / TILE_R + TILE_R - 1) * TILE_R * TILE_T) /* zmm slots per block */
-
-/* Columns [c0, c1) of an R x T tile; the accumulators start at zero (c0 == 0) or from carry,
- * and end reduced into y (c1 == k) or back in carry. pf: the rows to prefetch, or NULL. */
-INLINE void block_tile(const uint16_t *w, size_t k, const float *x, size_t c0, size_t c1,
-                       __m512 *carry, float *y, size_t ldy, const uint16_t *pf, const int R,
-                       const int T, const int mode) {
-    __m512 acc[GEMV_R][TILE_T];
-    UNROLL
-    for (int r = 0; r < R; r++) {
-        UNROLL
-        for (int t = 0; t < T; t++)
-            acc[r][t] = c0 == 0 ? _mm512_setzero_ps() : carry[r * TILE_T + t];
-    }
-    size_t i = c0;
-    if (pf)
-        for (; i + 32 <= c1; i += 32) {
-            UNROLL
-            for (int r = 0; r < R; r++)
-                _mm_prefetch((const char *)(pf + (size_t)r * k + i), DENSE_PF_HINT);
-            tile_step(w, k, x, k, i, (__mmask16)0xffff, acc, R, T, mode);
-            tile_step(w, k, x, k, i + 16, (__mmask16)0xffff, acc, R, T, mode);
-        }
-    tile_steps_to(w, k, x, k, i, c1, acc, R, T, mode);
-    UNROLL
-    for (int r = 0; r < R; r++) {
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            if (c1 == k) y[(size_t)t * ldy + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
-            else
-                carry[r * TILE_T + t] = acc[r][t];
-        }
-    }
-}
 
 /* One token tile of T tokens over rows [j0, j1) of a block; rows up to n1 exist. */
 INLINE void gemm_block(const uint16_t *w, size_t k, int32_t j0, int32_t j1, int32_t n1,
@@ -287,7 +261,7 @@ INLINE void bf_tile(const uint16_t *w, size_t ldw, size_t kl, const uint16_t *xb
     }
     size_t i = 0;
     for (; i + 32 <= kl; i += 32) { /* constant mask: see tile_steps_to */
-        if (R == GEMV_R) prefetch_next_tile(w, ldw, i, R);
+        if (R == GEMV_R) prefetch_rows(w + (size_t)R * ldw, ldw, i, R);
         bf_step(w, ldw, xb, kp, i, ~(__mmask32)0, acc, R, T);
     }
     if (i < kl) bf_step(w, ldw, xb, kp, i, (__mmask32)((1ull << (kl - i)) - 1), acc, R, T);

@@ -44,7 +44,7 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
         W4_ROWS(MR, acc[r][0] = acc[r][1] = _mm512_setzero_si512(););
         for (int32_t b = 0; b < bpg; b++) {
             const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
-            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), W4_PF_HINT);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
             const __m512i c0 = _mm512_and_si512(v, mask);
             const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(v, 4), mask);
             const __m512i c2 = _mm512_and_si512(_mm512_srli_epi32(v, 8), mask);
@@ -86,7 +86,7 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
             W4_ROWS(NT, {
                 const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
                 const __m512i v = _mm512_loadu_si512(p);
-                _mm_prefetch((const char *)(p + pf), W4_PF_HINT);
+                _mm_prefetch((const char *)(p + pf), EPYQ_PF_WEIGHTS);
                 acc[r][0] = w4_dpwssd_b(acc[r][0], _mm512_and_si512(v, mask), xr);
                 acc[r][1] = w4_dpwssd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi32(v, 4), mask),
                                         xr + 2);

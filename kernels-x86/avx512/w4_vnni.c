@@ -43,7 +43,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
         /* Few rows: two blocks per step into four chains; otherwise one block per step. */
         for (int32_t b = 0; b < bpg; b += na == 4 ? 2 : 1) {
             const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
-            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), W4_PF_HINT);
+            _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
             const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
             W4_ROWS(MR, {
@@ -54,7 +54,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             if (na == 4) {
                 const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
                 _mm_prefetch((const char *)(rec + (size_t)(b + 1) * W4_BLOCK + W4_PREFETCH),
-                             W4_PF_HINT);
+                             EPYQ_PF_WEIGHTS);
                 const __m512i lo1 = _mm512_and_si512(v1, m0f);
                 const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
                 W4_ROWS(MR, {
@@ -96,7 +96,7 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
             W4_ROWS(NT, {
                 const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
                 const __m512i v = _mm512_loadu_si512(p);
-                _mm_prefetch((const char *)(p + pf), W4_PF_HINT);
+                _mm_prefetch((const char *)(p + pf), EPYQ_PF_WEIGHTS);
                 acc[r][0] = w4_dpbusd_b(acc[r][0], _mm512_and_si512(v, m0f), xr);
                 acc[r][1] = w4_dpbusd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f),
                                         xr + 4);
