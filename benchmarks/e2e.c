@@ -3,7 +3,7 @@
  *   with S concurrent sequences (one token each per batch), plus at batch 1 the packed weight
  *   bytes each token streams ÷ time per token against this machine's read bandwidth.
  *
- *   benchmarks/e2e -m DIR [-t N] [--prompt 512] [--seqs 8,32] [--steps 16] [--path a16|a8]
+ *   benchmarks/e2e -m DIR [-t N] [--prompt 512] [--seqs 8,32] [--steps 16] [--path a16|a8|a8all]
  *
  * Use a synthetic checkpoint (`epyq synth --shape 35b-a3b --format ct --layers 4 --vocab 32768`
  * for a quick run; the full 40-layer model for the real figure). Bytes/token counts every
@@ -21,13 +21,14 @@
 #define MAX_SEQ_COUNTS 8
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: e2e -m DIR [-t N] [--prompt P] [--seqs LIST] [--steps N] [--path a16|a8]\n"
-               "  -m DIR         checkpoint folder\n"
-               "  -t N           threads (default: one per allowed CPU)\n"
-               "  --prompt P     prefill length (default 512)\n"
-               "  --seqs LIST    concurrent sequence counts for batched decode (default 8,32)\n"
-               "  --steps N      decode steps per measurement (default 16)\n"
-               "  --path P       int4 routed-expert numeric path (default a8)\n");
+    fprintf(
+        f, "usage: e2e -m DIR [-t N] [--prompt P] [--seqs LIST] [--steps N] [--path a16|a8|a8all]\n"
+           "  -m DIR         checkpoint folder\n"
+           "  -t N           threads (default: one per allowed CPU)\n"
+           "  --prompt P     prefill length (default 512)\n"
+           "  --seqs LIST    concurrent sequence counts for batched decode (default 8,32)\n"
+           "  --steps N      decode steps per measurement (default 16)\n"
+           "  --path P       int4 numeric path: a8 (default), a16 or a8all (epyq run --help)\n");
 }
 
 static int fail(const epyq_err *e) {
@@ -78,8 +79,9 @@ int main(int argc, char **argv) {
         case 'n': steps = atoi(optarg); break;
         case 's': n_seqs = epyq_parse_int_list(optarg, seqs, MAX_SEQ_COUNTS); break;
         case 'P':
-            if (epyq_numpath_parse(optarg) < 0) return fprintf(stderr, "e2e: --path: expected a16 or a8\n"), 2;
-            path = (epyq_numpath)epyq_numpath_parse(optarg);
+            if (epyq_model_path_parse(optarg) < 0)
+                return fprintf(stderr, "e2e: --path: expected a16, a8 or a8all\n"), 2;
+            path = (epyq_numpath)epyq_model_path_parse(optarg);
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -95,10 +97,12 @@ int main(int argc, char **argv) {
     double t0 = epyq_now();
     if (epyq_model_load(&m, dir, &mo, &err) != EPYQ_OK) return fail(&err);
     const epyq_config *cfg = epyq_model_config(m);
-    printf("model %s: %d layers, hidden %d, %d experts, vocab %d, %s, path %s, kernels %s, %d threads,"
-           " load %.1f s\n", dir, cfg->num_hidden_layers, cfg->hidden_size, cfg->num_experts,
-           cfg->vocab_size, epyq_qformat_name(cfg->qformat), path == EPYQ_PATH_A8 ? "a8" : "a16",
-           epyq_kern()->name, epyq_model_threads(m), epyq_now() - t0);
+    printf(
+        "model %s: %d layers, hidden %d, %d experts, vocab %d, %s, path %s, kernels %s, %d threads,"
+        " load %.1f s\n",
+        dir, cfg->num_hidden_layers, cfg->hidden_size, cfg->num_experts, cfg->vocab_size,
+        epyq_qformat_name(cfg->qformat), epyq_model_path_name(path), epyq_kern()->name,
+        epyq_model_threads(m), epyq_now() - t0);
 
     /* prefill: one batch of `prompt` tokens */
     epyq_seq *s = NULL;

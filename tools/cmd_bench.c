@@ -42,7 +42,7 @@ typedef struct {
     int reps;
     bool warmup;
     out_fmt out;
-    epyq_numpath paths[2];  /* [n_paths] numeric paths, switched on the loaded model */
+    epyq_numpath paths[3]; /* [n_paths] numeric paths, switched on the loaded model */
     int n_paths;
     epyq_tool_rt rt; /* --kv-type, --numa, --numa-split, --requant (tools/tool_model.h) */
     struct { int k; bool forced, fixed; } spec[MAX_LIST]; /* --spec: k = 0 none, else mtp:k[:forced|:fixed] */
@@ -81,7 +81,7 @@ static void usage(FILE *f) {
         "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
         "  -r, --repetitions N      timed repetitions per test (default 5)\n"
         "  -o, --output FMT         md (default), csv, json or jsonl\n"
-        "  --path LIST              int4 expert kernels' numeric paths: a16, a8 or a16,a8\n"
+        "  --path LIST              int4 kernels' numeric paths: a16, a8, a8all or a list (a16,a8)\n"
         "                           (default a8; switched without reloading the model)\n"
         "  --kv-type bf16|fp8       KV cache storage (default bf16)\n"
         "  --spec LIST              none, mtp:K (MTP drafts, K per step, adaptive as in run),\n"
@@ -185,10 +185,17 @@ static int parse(int argc, char **argv, opts *o) {
             o->n_paths = 0;
             for (const char *p = optarg; *p;) {
                 size_t l = strcspn(p, ",");
-                if (o->n_paths == 2) return fprintf(stderr, "epyq bench: --path: at most two paths\n"), 2;
-                if (l == 3 && !strncmp(p, "a16", 3)) o->paths[o->n_paths++] = EPYQ_PATH_A16;
-                else if (l == 2 && !strncmp(p, "a8", 2)) o->paths[o->n_paths++] = EPYQ_PATH_A8;
-                else return fprintf(stderr, "epyq bench: --path: expected a16, a8 or a16,a8, got '%s'\n", optarg), 2;
+                char name[8] = {0};
+                if (o->n_paths == 3)
+                    return fprintf(stderr, "epyq bench: --path: at most three paths\n"), 2;
+                int pv = l < sizeof name ? (memcpy(name, p, l), epyq_model_path_parse(name)) : -1;
+                if (pv < 0)
+                    return fprintf(
+                               stderr,
+                               "epyq bench: --path: expected a list of a16, a8, a8all, got '%s'\n",
+                               optarg),
+                           2;
+                o->paths[o->n_paths++] = (epyq_numpath)pv;
                 p += l + (p[l] == ',');
             }
             if (o->n_paths == 0) return fprintf(stderr, "epyq bench: --path: empty list\n"), 2;
@@ -478,7 +485,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
 
     for (int pi = 0; st == EPYQ_OK && pi < o->n_paths; pi++) {
     epyq_model_set_path(c.m, o->paths[pi]);
-    snprintf(r.path, sizeof r.path, "%s", o->paths[pi] == EPYQ_PATH_A8 ? "a8" : "a16");
+    snprintf(r.path, sizeof r.path, "%s", epyq_model_path_name(o->paths[pi]));
     for (int i = 0; st == EPYQ_OK && i < o->n_pp; i++) {
         int n = o->pp[i];
         if (n == 0) continue;

@@ -26,7 +26,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: epyq logits -m DIR --ids 1,2,3 [--decode N] [--mtp] [-o FILE] [--ref]\n"
-            "                   [--path a16|a8] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
+            "                   [--path a16|a8|a8all] [--isa LEVEL] [-t N] [--kv-type bf16|fp8]\n"
             "                   [--numa MODE] [--numa-split N] [--nodes LIST] [--cpu-range LIST]\n"
             "                   [--requant SPEC]\n"
             "\n"
@@ -42,7 +42,7 @@ static void usage(FILE *f) {
             "  --mtp-drafts K     number of draft rows with --mtp\n"
             "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
             "  --ref              use the plain-C double-precision reference (small models only)\n"
-            "  --path P           int4 expert kernels' numeric path: a8 (default) or a16\n"
+            "  --path P           int4 kernels' numeric path: a8 (default), a16 or a8all\n"
             "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16\n"
             "                     (same as EPYQ_MAX_ISA)\n"
             "  -t, --threads N    threads (default: one per allowed CPU)\n"

@@ -46,7 +46,8 @@ static void usage(FILE *f) {
             "  --kld-base FILE     save (FILE absent) or compare against (FILE present) per-token\n"
             "                      distributions: KL mean/max and top-1 agreement vs the base\n"
             "  -t, --threads N     threads (default: all allowed CPUs)\n"
-            "  --path a16|a8       int4 expert kernels' numeric path (default a8)\n"
+            "  --path a16|a8|a8all int4 kernels' numeric path: a8 (default) int8 activations in\n"
+            "                      the routed experts, a16 none, a8all in every int4 linear\n"
             "  -h, --help          this text\n");
 }
 

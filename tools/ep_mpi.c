@@ -133,7 +133,7 @@ epyq_status epyq_tool_ep_check(const epyq_ep *ep, epyq_numpath path, epyq_err *e
     const ep_mpi *e = ep->ctx;
     if (!e->inited || ep->size == 1) return EPYQ_OK;
     char mine[64] = {0};
-    snprintf(mine, sizeof mine, "%s %s", epyq_kern()->name, path == EPYQ_PATH_A8 ? "a8" : "a16");
+    snprintf(mine, sizeof mine, "%s %s", epyq_kern()->name, epyq_model_path_name(path));
     char *all = calloc((size_t)ep->size, sizeof mine);
     int rc = all ? MPI_Allgather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR,
                                  MPI_COMM_WORLD)

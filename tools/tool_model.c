@@ -192,9 +192,9 @@ int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long 
 }
 
 int epyq_tool_opt_path(const char *cmd, const char *arg, epyq_numpath *path) {
-    int p = epyq_numpath_parse(arg);
+    int p = epyq_model_path_parse(arg);
     if (p < 0) {
-        fprintf(stderr, "%s: --path: expected a16 or a8, got '%s'\n", cmd, arg);
+        fprintf(stderr, "%s: --path: expected a16, a8 or a8all, got '%s'\n", cmd, arg);
         return 2;
     }
     *path = (epyq_numpath)p;

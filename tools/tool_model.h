@@ -32,7 +32,8 @@ char *epyq_tool_cache_root(void);
 /* A whole decimal number in [lo, hi] from a command-line argument into *v: 0, or 2 (the
  * usage-error exit status) after printing "<cmd>: bad number '<arg>'" to stderr. */
 int epyq_tool_opt_long(const char *cmd, const char *arg, long lo, long hi, long *v);
-/* --path a16|a8 into *path: 0, or 2 after printing "<cmd>: --path: expected a16 or a8, got …". */
+/* --path a16|a8|a8all into *path: 0, or 2 after printing "<cmd>: --path: expected a16, a8 or
+ * a8all, got …". */
 int epyq_tool_opt_path(const char *cmd, const char *arg, epyq_numpath *path);
 
 /* ---- what run, chat and batch share beyond -m: KV cache type, NUMA placement, requantised

@@ -77,9 +77,9 @@ epyq_status epyq_rlin_act_gs(const epyq_model *m, const float *x, int32_t rows, 
                              int32_t gs, epyq_act *a, void **buf, epyq_err *err) {
     *buf = NULL;
     /* bf16 GEMMs read only x->f32; the int4 kernels need the path-specific copy. int4
-     * linears outside the MoE always take the A16 path (see epyq_model_opts.path). */
+     * linears outside the MoE take A16 unless the path is a8all (see epyq_model_opts.path). */
     memset(a, 0, sizeof *a);
-    a->m = rows, a->k = k, a->gs = gs, a->path = EPYQ_PATH_A16, a->f32 = x;
+    a->m = rows, a->k = k, a->gs = gs, a->path = epyq_path_dense(m), a->f32 = x;
     if (gs <= 0 || k % gs) return EPYQ_OK;
     *buf = epyq_model_alloc(epyq_act_bytes(rows, k, gs, a->path), 1);
     if (!*buf) return epyq_err_set(err, EPYQ_E_NOMEM, "activations [%d][%d]: out of memory", rows, k);

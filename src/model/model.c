@@ -289,6 +289,11 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     epyq_model_opts o = opts ? *opts : (epyq_model_opts){0};
     epyq_model *m = calloc(1, sizeof *m);
     if (!m) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
+    if (o.path != EPYQ_PATH_A16 && o.path != EPYQ_PATH_A8 && o.path != EPYQ_PATH_A8_ALL) {
+        free(m);
+        return epyq_err_set(err, EPYQ_E_ARG, "model: numeric path %d: expected a16, a8 or a8all",
+                            (int)o.path);
+    }
     m->path = o.path;
     m->f32_act = o.f32_act;
     m->gdn_chunk_min = o.gdn_chunk_min;
@@ -329,6 +334,15 @@ const epyq_config *epyq_model_config(const epyq_model *m) { return m->c; }
 bool epyq_model_has_mtp(const epyq_model *m) { return m->has_mtp; }
 int32_t epyq_model_threads(const epyq_model *m) { return m->n_threads; }
 void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
+
+int epyq_model_path_parse(const char *s) {
+    if (!strcmp(s, "a8all")) return EPYQ_PATH_A8_ALL;
+    return epyq_numpath_parse(s);
+}
+
+const char *epyq_model_path_name(epyq_numpath path) {
+    return path == EPYQ_PATH_A8_ALL ? "a8all" : path == EPYQ_PATH_A8 ? "a8" : "a16";
+}
 void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) { m->gdn_chunk_min = min_tokens; }
 void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
 epyq_requant epyq_model_draft_head(const epyq_model *m) { return m->draft_head.n ? m->draft_head.requant : EPYQ_REQUANT_NONE; }

@@ -67,6 +67,13 @@ typedef struct epyq_ep {
     void *ctx;
 } epyq_ep;
 
+/* A model-level value of epyq_model_opts.path beside the kernels' A16 and A8 (the model hands
+ * the kernels A8 for it; they never see this value). */
+#define EPYQ_PATH_A8_ALL ((epyq_numpath)2)
+/* "a16" | "a8" | "a8all" -> the path value, -1 for anything else; and back. */
+int epyq_model_path_parse(const char *s);
+const char *epyq_model_path_name(epyq_numpath path);
+
 typedef struct {
     /* Numeric path of the int4 routed-expert kernels: EPYQ_PATH_A16 (the zero value; int16
      * per-group activations, VPDPWSSD) or EPYQ_PATH_A8 (int8 per-group activations, VPDPBUSD).
@@ -77,7 +84,11 @@ typedef struct {
      * projections, shared expert) takes A16; 16-bit linears (router, lm_head) bf16. Measured on
      * the tiny-ct fixture (KL mean vs the float64 expected logits): A16 1.1e-6 nats (max
      * |dlogit| inside the fp32 tier); int8 in the routed experts 1.7e-4; int8 in every int4
-     * linear 2.0e-3 (twice the conformance bound, so never). */
+     * linear 2.0e-3 (twice the conformance bound, so never by default).
+     * EPYQ_PATH_A8_ALL (opt-in, `--path a8all`) is that: int8 activations in every int4 linear
+     * (attention, DeltaNet and MTP projections, shared expert, a requantised head), the numerics
+     * of llama.cpp's q8 activations, 2x the int4 GEMM throughput where A16 is compute-bound
+     * (prefill, many sequences). Its own tier in tests/unit/test_model_fixture.c. */
     epyq_numpath path;
     int32_t n_threads;      /* pool size including the caller; 0 = one per allowed CPU */
     bool skip_mtp;          /* do not load mtp.* even when present */

@@ -74,7 +74,7 @@ struct epyq_model {
     const epyq_kern_table *kt;
     epyq_pool *pool;
     int32_t n_threads;
-    epyq_numpath path;
+    epyq_numpath path; /* a16, a8 or a8all: the kernels' path via epyq_path_* below */
     int32_t gdn_chunk_min;
     bool moe_split;             /* small batches spread each expert over the pool (moe.c) */
     bool f32_act;               /* every 16-bit linear runs bf16_gemm_f32 */
@@ -152,6 +152,16 @@ typedef struct {
     int32_t *grp_off;           /* [n_groups + 1] offsets into grp_tok */
     int32_t *grp_tok;           /* [T] batch indices */
 } epyq_batch_plan;
+
+/* The kernels' numeric path for the routed experts, and for every other int4 linear (dense
+ * projections, shared expert, requantised heads): A8 in the experts unless the model's path is
+ * a16, A8 elsewhere only with a8all (see epyq_model_opts.path). */
+static inline epyq_numpath epyq_path_experts(const epyq_model *m) {
+    return m->path == EPYQ_PATH_A16 ? EPYQ_PATH_A16 : EPYQ_PATH_A8;
+}
+static inline epyq_numpath epyq_path_dense(const epyq_model *m) {
+    return m->path == EPYQ_PATH_A8_ALL ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+}
 
 /* ---- linear.c: GEMMs through the kernel table, split by output rows over the pool */
 /* Prepare x [m][k] for the model's path (gs of the int4 linears reading it). */

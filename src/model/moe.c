@@ -51,9 +51,10 @@ static void expert_lins(const moe_job *j, int32_t e, const epyq_rlin **gate, con
     *down = shared ? &j->mw->sh_down : &j->mw->down[e];
 }
 
-/* int8 activations only in the routed experts (see epyq_model_opts.path) */
+/* int8 activations in the routed experts, in the shared one only with a8all (epyq_model_opts.path)
+ */
 static epyq_numpath expert_path(const moe_job *j, int32_t e) {
-    return e == j->m->d.E ? EPYQ_PATH_A16 : j->m->path;
+    return e == j->m->d.E ? epyq_path_dense(j->m) : epyq_path_experts(j->m);
 }
 
 /* Rows [r0, r1) of piece `piece` of n rows in p pieces, whole 16-row tiles. */
@@ -104,15 +105,15 @@ static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_
     epyq_rlin_rows(m, gate, 0, I, xa, g, I);
     epyq_rlin_rows(m, up, 0, I, xa, u, I);
     for (size_t i = 0; i < (size_t)n * I; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = g, .buf = NULL};
+    epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = epyq_path_dense(m), .f32 = g, .buf = NULL};
     void *hbuf = NULL;
     if (down->q4) { /* an int8-requantised shared expert (two int4 planes, requant.c) */
-        hbuf = epyq_model_alloc(epyq_act_bytes(n, I, m->gs, EPYQ_PATH_A16), 1);
+        hbuf = epyq_model_alloc(epyq_act_bytes(n, I, m->gs, epyq_path_dense(m)), 1);
         if (!hbuf) {
             free(g), free(u);
             return false;
         }
-        m->kt->act_prep(&ha, g, n, I, m->gs, EPYQ_PATH_A16, hbuf);
+        m->kt->act_prep(&ha, g, n, I, m->gs, ha.path, hbuf);
     }
     epyq_rlin_rows(m, down, 0, down->n, &ha, y, down->n);
     free(hbuf);
@@ -141,7 +142,7 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
         ok = ok && scratch;
         if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
-        if (gate->q4) ok = task_input(j, base, n, EPYQ_PATH_A16, gate->perm, xg, &xa, &abuf);
+        if (gate->q4) ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, xg, &xa, &abuf);
         else gather_rows(j, base, n, NULL, xg);
         if (!gate->q4)
             xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};

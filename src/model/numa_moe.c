@@ -352,7 +352,7 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
     const int32_t i0 = u->slice * sl, i1 = i0 + sl < m->d.I ? i0 + sl : m->d.I;
     const epyq_rlin *gate = &mw->gate[u->expert], *up = &mw->up[u->expert], *down = &mw->down[u->expert];
     float *xg = malloc((size_t)n * H * sizeof(float));
-    void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, m->path), 1);
+    void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, epyq_path_experts(m)), 1);
     void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, H), 1);
     if (xg && abuf && scratch) {
         for (int32_t r = 0; r < n; r++) /* act-order gate/up: their column order (linear.c) */
@@ -360,8 +360,9 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
                 for (int32_t c = 0; c < H; c++) xg[(size_t)r * H + c] = j->x[(size_t)u->tokens[r] * H + gate->perm[c]];
             else
                 memcpy(xg + (size_t)r * H, j->x + (size_t)u->tokens[r] * H, (size_t)H * sizeof(float));
-        epyq_act xa = {.m = n, .k = H, .gs = m->gs, .path = m->path, .f32 = xg, .buf = NULL};
-        m->kt->act_prep(&xa, xg, n, H, m->gs, m->path, abuf);
+        epyq_act xa = {
+            .m = n, .k = H, .gs = m->gs, .path = epyq_path_experts(m), .f32 = xg, .buf = NULL};
+        m->kt->act_prep(&xa, xg, n, H, m->gs, xa.path, abuf);
         m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, i0, i1, &xa, u->weights, out, ldo, scratch);
     } else {
         atomic_store(&j->failed, 1);

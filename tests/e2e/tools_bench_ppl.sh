@@ -29,6 +29,15 @@ jq -e -s '[.[].spec] == ["none","mtp:2","mtp:2:forced","mtp:2@0.90,0.80"] and .[
           (.[3].accept_len - 2.7 | fabs) < 1e-6 and .[1].accept_len >= 1 and all(.[]; .avg_ts > 0)' "$T/out" >/dev/null &&
     ok "spec rows: none, real, forced, projected" || { fail "spec rows"; cat "$T/out"; }
 expect 2 "bench --spec mtp:9" "$EPYQ" bench -m "$M" --spec mtp:9
+# Numeric paths, switched on one loaded model: a row each, named in the path column.
+expect 0 "bench --path a16,a8,a8all" "$EPYQ" bench -m "$M" -t 1 -p 8 -n 0 -r 1 --membw-mb 8 -o jsonl \
+    --path a16,a8,a8all
+jq -e -s '[.[].path] == ["a16","a8","a8all"] and all(.[]; .avg_ts > 0)' "$T/out" >/dev/null &&
+    ok "path rows: a16, a8, a8all" || { fail "path rows"; cat "$T/out"; }
+expect 2 "bench --path a4" "$EPYQ" bench -m "$M" --path a16,a4
+grep -q "expected a list of a16, a8, a8all" "$T/err" || fail "bench --path a4: message"
+expect 2 "run --path a4" "$EPYQ" run -m "$M" --path a4 -p hi
+grep -q "expected a16, a8 or a8all, got 'a4'" "$T/err" || fail "run --path a4: message" 
 expect 2 "bench --spec bogus" "$EPYQ" bench -m "$M" --spec eagle
 
 # Perplexity: 12 lines of text, window 32 (stride 16).
@@ -43,6 +52,11 @@ expect 0 "ppl compare, same model" "$EPYQ" $P -m "$M" --kld-base "$T/base.kld"
 [ "$(grep '^PPL' "$T/out")" = "$ppl1" ] || fail "ppl is not reproducible"
 grep -Eq 'KL divergence .* mean [0-9.e-]+, max [0-9.e-]+ nats; top-1 agreement [0-9.]+%' "$T/out" &&
     ok "KL line" || { fail "KL line"; cat "$T/out"; }
+# a8all: the int4 projections outside the experts take int8 activations too, so the
+# distributions move a little from a8's (the base), and only a little.
+expect 0 "ppl --path a8all compared with a8" "$EPYQ" $P -m "$M" --path a8all --kld-base "$T/base.kld"
+kl=$(sed -n 's/.*mean \([0-9.e-]*\),.*/\1/p' "$T/out")
+awk -v k="$kl" 'BEGIN { exit !(k > 0 && k < 0.01) }' && ok "a8all vs a8: KL mean $kl" || { fail "a8all KL '$kl'"; cat "$T/out"; }
 # Another checkpoint (same shape and tokenizer, other weights) must disagree clearly.
 "$EPYQ" synth -o "$T/other" --shape tiny --format ct -s 5 -t 1 >/dev/null 2>&1 || fail "synth -s 5"
 expect 0 "ppl compare, other weights" "$EPYQ" $P -m "$T/other" --kld-base "$T/base.kld"

@@ -5,26 +5,50 @@
  * decode) and both MTP drafts. Prefill runs as one batch; decode one token per call.
  * (The fixtures' tighter fp32 tier, max |dlogit| < 1e-3 max|logit|, is not a target: the KV
  * cache is bf16 by design. With f32_act on tiny-bf16, 23 of 24 prefill rows are within it,
- * 0.003-0.010; row 11 is off by 0.15 — a router near-tie picking another expert.) */
+ * 0.003-0.010; row 11 is off by 0.15 — a router near-tie picking another expert.)
+ * The opt-in path a8all (int8 activations in every int4 linear, as llama.cpp's q8 activations)
+ * is outside that tier by design — measured KL mean 1.3e-3 to 2.0e-3, max 8.4e-3 on tiny-ct /
+ * tiny-quark — and has a tier of its own: KL mean < 5e-3, max < 2e-2, top-1 on at least 9 in
+ * 10 rows of prefill and decode (tiny-ct decode: 15 of 16; of the 2 MTP rows tiny-quark's
+ * second draft differs: drafts are printed, not asserted); on folders with int4 linears outside the
+ * experts its logits must differ from a8's (the dense projections really took int8), elsewhere
+ * equal them bit for bit. */
 #include <check.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model.h"
 #include "tests/check_main.h"
 #include "tests/e2e/conform.h"
 #include "tests/testutil.h"
 
+/* The fixtures whose formats quantise linears outside the routed experts (compressed-tensors
+ * and Quark quantise the attention, DeltaNet and shared-expert projections; the GPTQModel
+ * release keeps them BF16). */
+static bool dense_int4(const char *name) {
+    return !strcmp(name, "tiny-ct") || !strcmp(name, "tiny-quark");
+}
+
+static epyq_numpath cur_path; /* the path check_folder runs: its tier's KL bounds */
+
 static void expect_dist(const char *what, const conform_stats *s) {
-    ck_assert_msg(s->kl_mean < 1e-3 && s->kl_max < 1e-2, "%s: KL mean %g max %g", what, s->kl_mean,
+    const double mean = cur_path == EPYQ_PATH_A8_ALL ? 5e-3 : 1e-3,
+                 max = cur_path == EPYQ_PATH_A8_ALL ? 2e-2 : 1e-2;
+    ck_assert_msg(s->kl_mean < mean && s->kl_max < max, "%s: KL mean %g max %g", what, s->kl_mean,
                   s->kl_max);
-    ck_assert_msg(s->top1_ok == s->top1_n, "%s: top-1 %d/%d", what, s->top1_ok, s->top1_n);
+    if (cur_path == EPYQ_PATH_A8_ALL) /* int8 everywhere may flip a row: at most 1 in 10, over */
+        ck_assert_msg(s->top1_n < 10 || 10 * s->top1_ok >= 9 * s->top1_n, /* 10+ rows */
+                      "%s: top-1 %d/%d", what, s->top1_ok, s->top1_n);
+    else
+        ck_assert_msg(s->top1_ok == s->top1_n, "%s: top-1 %d/%d", what, s->top1_ok, s->top1_n);
 }
 
 static void check_folder(const char *name, epyq_numpath path) {
     char dir[4096], label[128];
     if (!conform_fixture_dir(name, dir, sizeof dir)) return;
+    cur_path = path;
     epyq_err err = {0};
     epyq_model *m = NULL;
     epyq_model_opts mo = {.path = path, .n_threads = 2};
@@ -45,7 +69,7 @@ static void check_folder(const char *name, epyq_numpath path) {
     for (int i = 0; i < n; i++) seqs[i] = s;
     epyq_batch b = {n, seqs, prompt, NULL};
     ck_assert_msg(epyq_model_forward(m, &b, got, hid, &err) == EPYQ_OK, "%s", err.msg);
-    const char *pn = path == EPYQ_PATH_A8 ? "a8" : "a16";
+    const char *pn = epyq_model_path_name(path);
     conform_stats st;
     conform_init(&st);
     conform_add(&st, e_pre, got, n, V);
@@ -66,7 +90,9 @@ static void check_folder(const char *name, epyq_numpath path) {
     expect_dist(label, &st);
     /* every fixture step has margin > 0.05, so every greedy id must match */
     for (int i = 0; i < ng; i++)
-        ck_assert_msg(conform_argmax_f(got + (size_t)i * V, V) == greedy[i], "%s step %d", label, i);
+        if (path != EPYQ_PATH_A8_ALL) /* its top-1 tier above covers these rows */
+            ck_assert_msg(conform_argmax_f(got + (size_t)i * V, V) == greedy[i], "%s step %d",
+                          label, i);
 
     /* MTP: all prompt rows in one call (hidden h_r, token r+1, position r), then draft 2 */
     int mtok[64], mpos[64];
@@ -74,15 +100,40 @@ static void check_folder(const char *name, epyq_numpath path) {
     float *ho = malloc((size_t)n * H * sizeof(float));
     ck_assert_msg(epyq_model_mtp(m, s, n, hid, mtok, mpos, 1, got, ho, &err) == EPYQ_OK, "%s", err.msg);
     int d1 = conform_argmax_f(got, V), p2 = n;
-    ck_assert_int_eq(d1, drafts[0]);
+    const int d0 = d1;
     ck_assert(epyq_model_mtp(m, s, 1, ho + (size_t)(n - 1) * H, &d1, &p2, 1, got + V, NULL, &err) == EPYQ_OK);
-    ck_assert_int_eq(conform_argmax_f(got + V, V), drafts[1]);
+    const int d2 = conform_argmax_f(got + V, V);
+    if (path != EPYQ_PATH_A8_ALL) {
+        ck_assert_int_eq(d0, drafts[0]);
+        ck_assert_int_eq(d2, drafts[1]);
+    } else {
+        printf("%s a8all MTP drafts %d %d (expected %d %d)\n", name, d0, d2, drafts[0], drafts[1]);
+    }
     conform_init(&st);
     conform_add(&st, e_mtp, got, nd, V);
     snprintf(label, sizeof label, "%s %s mtp", name, pn);
     conform_print(label, &st);
     expect_dist(label, &st);
 
+    if (path == EPYQ_PATH_A8_ALL) { /* the same prefill on a8: differs iff int4 outside experts */
+        epyq_seq *s8 = NULL;
+        float *got8 = malloc((size_t)n * V * sizeof(float));
+        ck_assert(got8 && epyq_seq_create(&s8, m, n, EPYQ_KV_BF16, &err) == EPYQ_OK);
+        for (int i = 0; i < n; i++) seqs[i] = s8;
+        epyq_model_set_path(m, EPYQ_PATH_A8);
+        ck_assert_msg(epyq_model_forward(m, &b, got8, NULL, &err) == EPYQ_OK, "%s", err.msg);
+        epyq_seq_reset(s);
+        for (int i = 0; i < n; i++) seqs[i] = s;
+        epyq_model_set_path(m, EPYQ_PATH_A8_ALL);
+        ck_assert_msg(epyq_model_forward(m, &b, got, NULL, &err) == EPYQ_OK, "%s", err.msg);
+        const bool same = memcmp(got, got8, (size_t)n * V * sizeof(float)) == 0;
+        ck_assert_msg(same == !dense_int4(name), "%s: a8all logits %s a8's", name,
+                      same ? "equal" : "differ from");
+        printf("%s: a8all vs a8 prefill logits %s\n", name,
+               same ? "bit-identical (no int4 outside the experts)" : "differ");
+        free(got8);
+        epyq_seq_free(s8);
+    }
     free(ho), free(got), free(hid), free(e_pre), free(e_dec), free(e_mtp);
     epyq_seq_free(s);
     epyq_model_free(m);
@@ -92,6 +143,8 @@ START_TEST(test_fixture_a16) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_
 END_TEST
 START_TEST(test_fixture_a8) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A8); }
 END_TEST
+START_TEST(test_fixture_a8all) { check_folder(epyq_test_model_name(_i), EPYQ_PATH_A8_ALL); }
+END_TEST
 
 int main(void) {
     int f0, f1;
@@ -100,5 +153,6 @@ int main(void) {
     TCase *tc = epyq_test_case(s, "fixtures", 0);
     tcase_add_loop_test(tc, test_fixture_a16, f0, f1);
     tcase_add_loop_test(tc, test_fixture_a8, f0, f1);
+    tcase_add_loop_test(tc, test_fixture_a8all, f0, f1);
     return epyq_test_run(s);
 }
