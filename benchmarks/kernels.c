@@ -35,6 +35,7 @@
 
 #define MAX_THREADS 64
 #define MAX_REPS 101
+#define MAX_M 512 /* activation rows: prefill chunks and many-sequence steps */
 
 /* ---- options ----------------------------------------------------------------------------- */
 
@@ -49,20 +50,21 @@ typedef struct {
 } opts;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: benchmarks/kernels [--json] [-r REPS] [-t 1,2] [-m 1,8,32] [--ws-mib 512]\n"
-            "                          [--only KERNEL] [--path A16|A8]\n"
-            "  Times the int4 and bf16 weight kernels of the dispatch table (EPYQ_MAX_ISA caps it)\n"
-            "  against the memory read bandwidth and the instruction peak measured in the same run.\n"
-            "  --json        one JSON object per row (kernel, shape, path, m, threads, gbps,\n"
-            "                pct_read_bw, ...)\n"
-            "  -r, --reps    timed passes per row, median reported (default 5)\n"
-            "  -t, --threads thread counts (default 1,2)\n"
-            "  -m            activation rows (default 1,8,32)\n"
-            "  --ws-mib      working set per row in MiB (default 512; keep it >> L3)\n"
-            "  --only        only rows whose \"kernel shape\" contains KERNEL (w4_expert, w4_moe8,\n"
-            "                w4_gemm, bf16_gemm, bf16_gemm_f32, in_proj_qkv, lm_head)\n"
-            "  --path        A16 or A8: only that numeric path for the int4 rows\n");
+    fprintf(
+        f,
+        "usage: benchmarks/kernels [--json] [-r REPS] [-t 1,2] [-m 1,8,32] [--ws-mib 512]\n"
+        "                          [--only KERNEL] [--path A16|A8]\n"
+        "  Times the int4 and bf16 weight kernels of the dispatch table (EPYQ_MAX_ISA caps it)\n"
+        "  against the memory read bandwidth and the instruction peak measured in the same run.\n"
+        "  --json        one JSON object per row (kernel, shape, path, m, threads, gbps,\n"
+        "                pct_read_bw, ...)\n"
+        "  -r, --reps    timed passes per row, median reported (default 5)\n"
+        "  -t, --threads thread counts (default 1,2)\n"
+        "  -m            activation rows, 1 to 512 (default 1,8,32; prefill: 64,256,512)\n"
+        "  --ws-mib      working set per row in MiB (default 512; keep it >> L3)\n"
+        "  --only        only rows whose \"kernel shape\" contains KERNEL (w4_expert, w4_moe8,\n"
+        "                w4_gemm, bf16_gemm, bf16_gemm_f32, in_proj_qkv, lm_head)\n"
+        "  --path        A16 or A8: only that numeric path for the int4 rows\n");
 }
 
 static int parse_opts(int argc, char **argv, opts *o) {
@@ -91,7 +93,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
             i++;
             if (o->n_m < 1) return -1;
             for (int j = 0; j < o->n_m; j++)
-                if (o->ms[j] < 1 || o->ms[j] > 64) return -1;
+                if (o->ms[j] < 1 || o->ms[j] > MAX_M) return -1;
         } else if (!strcmp(a, "--ws-mib") && v) {
             const long mib = atol(v);
             i++;
@@ -156,7 +158,7 @@ typedef struct row {
     epyq_act x;             /* prepared activations [m][k] */
     float *y[MAX_THREADS];  /* per-thread outputs */
     void *scratch[MAX_THREADS];
-    float rw[64];
+    float rw[MAX_M];
 } row;
 
 typedef struct {

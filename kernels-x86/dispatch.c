@@ -32,6 +32,7 @@ static const epyq_kern_table own_ref = {
     .attn_bf16 = epyq_attn_bf16_ref,
     .attn_bf16_multi = epyq_attn_bf16_multi_ref,
     .gdn_step = epyq_gdn_step_ref,
+    .conv_silu = epyq_conv_silu_ref,
     .stream_read = epyq_stream_read_ref,
     .act_prep = epyq_act_prep_ref,
     .w4_gemm = epyq_w4_gemm_ref,
@@ -52,6 +53,7 @@ static const epyq_kern_table own_avx2 = {
     .attn_bf16 = epyq_attn_bf16_avx2,
     .attn_bf16_multi = epyq_attn_bf16_multi_avx2,
     .gdn_step = epyq_gdn_step_avx2,
+    .conv_silu = epyq_conv_silu_avx2,
     .stream_read = epyq_stream_read_avx2,
     .w4_gemm = epyq_w4_gemm_avx2,
     .w4_expert = epyq_w4_expert_avx2,
@@ -70,6 +72,7 @@ static const epyq_kern_table own_avx512 = {
     .attn_bf16 = epyq_attn_bf16_avx512,
     .attn_bf16_multi = epyq_attn_bf16_multi_avx512,
     .gdn_step = epyq_gdn_step_avx512,
+    .conv_silu = epyq_conv_silu_avx512,
     .stream_read = epyq_stream_read_avx512,
 };
 
@@ -119,6 +122,7 @@ static void build_tables(void) {
         INHERIT(attn_bf16);
         INHERIT(attn_bf16_multi);
         INHERIT(gdn_step);
+        INHERIT(conv_silu);
         INHERIT(stream_read);
         INHERIT(fill_normal);
         INHERIT(minmax);

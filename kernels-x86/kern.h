@@ -173,6 +173,16 @@ typedef struct epyq_kern_table {
     void (*gdn_step)(float *S, const float *k, const float *v, const float *q, float alpha,
                      float beta, int32_t dk, int32_t dv, float *o);
 
+    /* One token of a causal depthwise conv with SiLU over channels c < n (DeltaNet's conv1d):
+     *   s[c] = w[kc-1][c] x[c] + sum_{r < kc-1} w[r][c] st[r][c], r ascending;
+     *   st[r][c] <- st[r+1][c] for r < kc-2, st[kc-2][c] <- x[c] (the raw input);
+     *   x[c] <- s[c] / (1 + e^-s[c]).
+     * x [n] in place; st [kc-1][lds] fp32 (row r = tap r, oldest first); w [kc][ldw] fp32,
+     * tap-major; kc >= 1. The state moves exactly; the SIMD tables fuse the multiply-adds
+     * and use their own exp (error bound in tests/kern/test_dense.c). */
+    void (*conv_silu)(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
+                      int32_t n);
+
     /* Memory-bandwidth probe: sum of n floats (streaming loads). */
     double (*stream_read)(const float *buf, size_t n);
 

@@ -34,6 +34,9 @@
     void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
                              float alpha, float beta, int32_t dk, int32_t dv, float *o)
 #define EPYQ_DECLARE_STREAM(sfx) double epyq_stream_read_##sfx(const float *buf, size_t n)
+#define EPYQ_DECLARE_CONV(sfx)                                                                     \
+    void epyq_conv_silu_##sfx(float *x, float *st, size_t lds, const float *w, size_t ldw,         \
+                              int32_t kc, int32_t n)
 /* Counter-based normal fill, group min/max and int4 rounding (the generator's loops). */
 #define EPYQ_DECLARE_FILL_QUANT(sfx)                                                             \
     void epyq_fill_normal_##sfx(uint64_t key, float mean, float sigma, uint64_t i0, size_t n,   \
@@ -48,6 +51,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(ref);
 EPYQ_DECLARE_ATTN(ref);
 EPYQ_DECLARE_GDN(ref);
 EPYQ_DECLARE_STREAM(ref);
+EPYQ_DECLARE_CONV(ref);
 EPYQ_DECLARE_FILL_QUANT(ref); /* kernels-x86/ref/fill_quant_ref.c */
 
 /* avx2: AVX2 + FMA + F16C (kernels-x86/avx2/dense_avx2.c). */
@@ -56,6 +60,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(avx2);
 EPYQ_DECLARE_ATTN(avx2);
 EPYQ_DECLARE_GDN(avx2);
 EPYQ_DECLARE_STREAM(avx2);
+EPYQ_DECLARE_CONV(avx2);
 EPYQ_DECLARE_FILL_QUANT(avx2); /* kernels-x86/avx2/fill_quant_avx2.c */
 
 /* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c); avx512bf16 adds VDPBF16PS. */
@@ -64,6 +69,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(avx512);
 EPYQ_DECLARE_ATTN(avx512);
 EPYQ_DECLARE_GDN(avx512);
 EPYQ_DECLARE_STREAM(avx512);
+EPYQ_DECLARE_CONV(avx512);
 EPYQ_DECLARE_BF16_GEMM(avx512bf16);
 
 /* int4 kernels (act_prep, w4_gemm, w4_expert, ...) are declared below by their owner. */

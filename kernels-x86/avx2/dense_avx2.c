@@ -327,6 +327,33 @@ void epyq_gdn_step_avx2(float *S, const float *k, const float *v, const float *q
     }
 }
 
+/* SiLU as in dense_avx512.c: the exp argument is -|s|. */
+INLINE __m256 silu(__m256 s) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 e = exp_neg(_mm256_or_ps(s, sign)); /* -|s| */
+    const __m256 neg = _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 num = _mm256_blendv_ps(_mm256_set1_ps(1.0f), e, neg);
+    return _mm256_mul_ps(s, _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+}
+
+/* 8 channels a step; the channels past the last whole step take the ref twin. */
+void epyq_conv_silu_avx2(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
+                         int32_t n) {
+    int32_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256 raw = _mm256_loadu_ps(x + c);
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(w + (size_t)(kc - 1) * ldw + c), raw);
+        for (int32_t r = 0; r < kc - 1; r++) {
+            const __m256 t = _mm256_loadu_ps(st + (size_t)r * lds + c);
+            s = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)r * ldw + c), t, s);
+            if (r > 0) _mm256_storeu_ps(st + (size_t)(r - 1) * lds + c, t);
+        }
+        if (kc > 1) _mm256_storeu_ps(st + (size_t)(kc - 2) * lds + c, raw);
+        _mm256_storeu_ps(x + c, silu(s));
+    }
+    if (c < n) epyq_conv_silu_ref(x + c, st + c, lds, w + c, ldw, kc, n - c);
+}
+
 /* 8 interleaved streams, as in dense_avx512.c (see the reason there). */
 #define READ_STREAMS 8
 

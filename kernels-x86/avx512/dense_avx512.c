@@ -517,6 +517,35 @@ void epyq_gdn_step_avx512(float *S, const float *k, const float *v, const float 
     }
 }
 
+/* ---- causal conv + SiLU ------------------------------------------------------------------ */
+
+/* s / (1 + e^-s) with the exp argument never positive: sigmoid(s) = 1 / (1 + e) for s >= 0
+ * and e / (1 + e) for s < 0, e = e^-|s|. */
+INLINE __m512 silu(__m512 s) {
+    const __m512 e = exp_neg(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(s)));
+    const __mmask16 neg = _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 num = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), neg, e);
+    return _mm512_mul_ps(s, _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+}
+
+/* 16 channels a step, the last one masked; each tap row is read once and written one row up. */
+void epyq_conv_silu_avx512(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
+                           int32_t n) {
+    for (int32_t c = 0; c < n; c += 16) {
+        const int32_t rem = n - c;
+        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+        const __m512 raw = _mm512_maskz_loadu_ps(m, x + c);
+        __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + (size_t)(kc - 1) * ldw + c), raw);
+        for (int32_t r = 0; r < kc - 1; r++) {
+            const __m512 t = _mm512_maskz_loadu_ps(m, st + (size_t)r * lds + c);
+            s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + (size_t)r * ldw + c), t, s);
+            if (r > 0) _mm512_mask_storeu_ps(st + (size_t)(r - 1) * lds + c, m, t);
+        }
+        if (kc > 1) _mm512_mask_storeu_ps(st + (size_t)(kc - 2) * lds + c, m, raw);
+        _mm512_mask_storeu_ps(x + c, m, silu(s));
+    }
+}
+
 /* ---- streaming read -------------------------------------------------------------------- */
 
 /* The buffer is read as 8 interleaved sequential streams (one per eighth), each with its own

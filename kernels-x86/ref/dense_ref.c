@@ -94,6 +94,20 @@ void epyq_gdn_step_ref(float *S, const float *k, const float *v, const float *q,
     }
 }
 
+void epyq_conv_silu_ref(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
+                        int32_t n) {
+    for (int32_t c = 0; c < n; c++) {
+        const float raw = x[c];
+        float s = w[(size_t)(kc - 1) * ldw + (size_t)c] * raw;
+        for (int32_t r = 0; r < kc - 1; r++)
+            s += w[(size_t)r * ldw + (size_t)c] * st[(size_t)r * lds + (size_t)c];
+        for (int32_t r = 0; r + 1 < kc - 1; r++)
+            st[(size_t)r * lds + (size_t)c] = st[(size_t)(r + 1) * lds + (size_t)c];
+        if (kc > 1) st[(size_t)(kc - 2) * lds + (size_t)c] = raw;
+        x[c] = s / (1.0f + expf(-s));
+    }
+}
+
 double epyq_stream_read_ref(const float *buf, size_t n) {
     double acc = 0.0;
     for (size_t i = 0; i < n; i++) acc += buf[i];

@@ -237,16 +237,9 @@ static void conv_range(const epyq_model *m, const epyq_gdn_rw *g, float *state, 
             for (int32_t r = 0; r < Kc - 1; r++)
                 memcpy(snap + (size_t)(i - 1) * snap_stride + (size_t)r * ch + l0,
                        state + (size_t)r * ch + l0, (size_t)(c1 - c0) * sizeof(float));
-        float *ut = u + (size_t)toks[i] * cd;
-        for (int32_t c = c0; c < c1; c++) {
-            const float *w = g->conv + (size_t)c * Kc;
-            float *st = state + l0 + (c - c0); /* st[r * ch]: channel c's tap r */
-            float raw = ut[c], s = w[Kc - 1] * raw;
-            for (int32_t r = 0; r < Kc - 1; r++) s += w[r] * st[(size_t)r * ch];
-            for (int32_t r = 0; r + 1 < Kc - 1; r++) st[(size_t)r * ch] = st[(size_t)(r + 1) * ch];
-            if (Kc > 1) st[(size_t)(Kc - 2) * ch] = raw;
-            ut[c] = siluf_(s);
-        }
+        /* state [Kc-1][ch], channel c0 at column l0 */
+        m->kt->conv_silu(u + (size_t)toks[i] * cd + c0, state + l0, (size_t)ch, g->conv + c0,
+                         (size_t)cd, Kc, c1 - c0);
     }
     if (n > 0 && n - 1 < n_snap)
         for (int32_t r = 0; r < Kc - 1; r++)

@@ -27,6 +27,20 @@ static epyq_status load_vec(float **dst, const epyq_tensor *t, size_t n, epyq_er
     return epyq_tensor_read_f32(t, 0, n, *dst, err);
 }
 
+/* The depthwise conv kernel [conv_dim][Kc] as on disk, transposed tap-major [Kc][conv_dim]: the
+ * conv_silu kernel reads one tap for a run of channels at a time. */
+static epyq_status load_conv(float **dst, const epyq_tensor *t, int32_t cd, int32_t kc,
+                             epyq_err *err) {
+    float *raw = NULL;
+    epyq_status st = load_vec(&raw, t, (size_t)cd * kc, err);
+    if (st == EPYQ_OK && !(*dst = epyq_model_alloc((size_t)cd * kc, sizeof(float))))
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", t->name);
+    for (int32_t c = 0; st == EPYQ_OK && c < cd; c++)
+        for (int32_t r = 0; r < kc; r++) (*dst)[(size_t)r * cd + c] = raw[(size_t)c * kc + r];
+    free(raw);
+    return st;
+}
+
 static epyq_status load_expert(epyq_model *m, epyq_moe_rw *mr, const epyq_moe_w *mw, int32_t e,
                                epyq_err *err) {
     /* NUMA mode: int4 experts past 0 are packed on their nodes (numa_moe.c) */
@@ -93,7 +107,7 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
         TRY(epyq_rlin_load(m, &ly->g.b, &g->in_proj_b, true, err));
         TRY(epyq_rlin_load(m, &ly->g.a, &g->in_proj_a, true, err));
         TRY(load_dense(m, &ly->g.out, &g->out_proj, err));
-        TRY(load_vec(&ly->g.conv, g->conv1d, (size_t)m->d.conv_dim * m->d.Kc, err));
+        TRY(load_conv(&ly->g.conv, g->conv1d, m->d.conv_dim, m->d.Kc, err));
         TRY(load_vec(&ly->g.dt_bias, g->dt_bias, (size_t)m->d.Hv, err));
         TRY(load_vec(&ly->g.neg_exp_A, g->A_log, (size_t)m->d.Hv, err));
         for (int32_t h = 0; h < m->d.Hv; h++) ly->g.neg_exp_A[h] = -expf(ly->g.neg_exp_A[h]);

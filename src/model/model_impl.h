@@ -41,7 +41,8 @@ typedef struct epyq_rlin_split {
 
 typedef struct {
     epyq_rlin qkv, z, b, a, out;
-    float *conv;        /* [conv_dim][Kc] depthwise kernel, tap Kc-1 = current token */
+    float *conv;        /* [Kc][conv_dim] depthwise kernel, tap-major (the checkpoint's
+                           [conv_dim][Kc] transposed at load); tap Kc-1 = current token */
     float *neg_exp_A;   /* [Hv] -exp(A_log) */
     float *dt_bias;     /* [Hv] */
     float *norm;        /* [Dv] plain gated-norm weight */

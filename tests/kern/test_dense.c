@@ -451,6 +451,72 @@ START_TEST(test_gdn_step) {
 }
 END_TEST
 
+/* ---- causal conv + SiLU ------------------------------------------------------------------- */
+
+/* One token over n channels with kc taps, rows padded (lds, ldw > n) to catch writes past n.
+ * The state must move exactly (the raw input into the last row); the output is held to
+ * |got - silu(s)| <= 1.1 (kc + 1) u sum |w t| + 8 u |silu(s)|: the sum's fp32 rounding,
+ * through a slope of SiLU below 1.1, plus a few ulp for the sigmoid (exp and division). */
+static void conv_case(const epyq_kern_table *t, int n, int kc, double *worst) {
+    const size_t lds = (size_t)n + 5, ldw = (size_t)n + 3;
+    float *x = rnd_floats((size_t)n + 4), *st = rnd_floats((size_t)kc * lds),
+          *w = rnd_floats((size_t)kc * ldw);
+    for (int c = 0; c < n; c++) x[c] *= 4.0f; /* reach both tails of the sigmoid */
+    x[0] = n > 1 ? -100.0f : x[0];            /* e^-|s| clamped: silu -> -0 */
+    float *x0 = malloc(((size_t)n + 4) * sizeof *x0), *st0 = malloc((size_t)kc * lds * sizeof *st0);
+    ck_assert(x0 && st0);
+    memcpy(x0, x, ((size_t)n + 4) * sizeof *x0);
+    memcpy(st0, st, (size_t)kc * lds * sizeof *st0);
+    for (int c = 0; c < n; c++)
+        w[(size_t)(kc - 1) * ldw + c] = c == 0 ? 1.0f : w[(size_t)(kc - 1) * ldw + c];
+    t->conv_silu(x, st, lds, w, ldw, kc, n);
+    for (int c = 0; c < n; c++) {
+        double s = (double)w[(size_t)(kc - 1) * ldw + c] * x0[c], mag = fabs(s);
+        for (int r = 0; r < kc - 1; r++) {
+            const double p = (double)w[(size_t)r * ldw + c] * st0[(size_t)r * lds + c];
+            s += p, mag += fabs(p);
+        }
+        const double want = s / (1.0 + exp(-s));
+        /* + the exp clamp at -87 (dense_avx512.c): e^-|s| is at least e^-87 there */
+        const double bound =
+            1.1 * (kc + 1) * U32 * mag + 8.0 * U32 * fabs(want) + fabs(s) * 1.7e-38 + 1e-37;
+        const double err = fabs(x[c] - want);
+        ck_assert_msg(err <= bound, "%s conv n=%d kc=%d: x[%d] = %.9g, want %.9g (err %.3g > %.3g)",
+                      t->name, n, kc, c, x[c], want, err, bound);
+        if (err / bound > *worst) *worst = err / bound;
+        for (int r = 0; r < kc - 1; r++) {
+            const float e = r + 1 < kc - 1 ? st0[(size_t)(r + 1) * lds + c] : x0[c];
+            ck_assert_msg(memcmp(&st[(size_t)r * lds + c], &e, sizeof e) == 0,
+                          "%s conv n=%d kc=%d: state[%d][%d] = %.9g, want %.9g", t->name, n, kc, r,
+                          c, st[(size_t)r * lds + c], e);
+        }
+    }
+    for (int c = n; c < n + 4; c++)
+        ck_assert_msg(memcmp(&x[c], &x0[c], sizeof *x) == 0, "%s conv: wrote x[%d]", t->name, c);
+    for (int r = 0; r < kc; r++)
+        for (size_t c = (size_t)n; c < lds; c++)
+            ck_assert_msg(memcmp(&st[(size_t)r * lds + c], &st0[(size_t)r * lds + c], sizeof *st) ==
+                              0,
+                          "%s conv: wrote state[%d][%zu] past n", t->name, r, c);
+    free(x), free(st), free(w), free(x0), free(st0);
+}
+
+START_TEST(test_conv_silu) {
+    static const int ns[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 128, 200, 8192};
+    static const int kcs[] = {1, 2, 3, 4, 5};
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0xc0417ull + (uint64_t)l;
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+            for (size_t b = 0; b < sizeof kcs / sizeof *kcs; b++)
+                conv_case(t, ns[a], kcs[b], &worst);
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, "conv_silu", worst);
+    }
+}
+END_TEST
+
 /* ---- stream read --------------------------------------------------------------------------- */
 
 START_TEST(test_stream_read) {
@@ -530,6 +596,7 @@ START_TEST(test_tables) {
         ck_assert_ptr_nonnull(t->attn_bf16);
         ck_assert_ptr_nonnull(t->attn_bf16_multi);
         ck_assert_ptr_nonnull(t->gdn_step);
+        ck_assert_ptr_nonnull(t->conv_silu);
         ck_assert_ptr_nonnull(t->stream_read);
     }
     if (host >= EPYQ_ISA_AVX512_VNNI) /* vnni adds no dense kernel of its own */
@@ -575,7 +642,8 @@ static Suite *dense_suite(void) {
     EPYQ_TESTS_ADD(tc, test_isa_parse, test_select_caps, test_tables, test_env_cap);
     tc = epyq_test_case(s, "kernels", 120);
     EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_tokens, test_bitwise_slices,
-                   test_attn, test_attn_multi, test_attn_peaked, test_gdn_step, test_stream_read);
+                   test_attn, test_attn_multi, test_attn_peaked, test_gdn_step, test_conv_silu,
+                   test_stream_read);
     return s;
 }
 
