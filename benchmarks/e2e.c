@@ -78,11 +78,12 @@ int main(int argc, char **argv) {
         case 'p': prompt = atoi(optarg); break;
         case 'n': steps = atoi(optarg); break;
         case 's': n_seqs = epyq_parse_int_list(optarg, seqs, MAX_SEQ_COUNTS); break;
-        case 'P':
-            if (epyq_model_path_parse(optarg) < 0)
-                return fprintf(stderr, "e2e: --path: expected a16, a8 or a8all\n"), 2;
-            path = (epyq_numpath)epyq_model_path_parse(optarg);
+        case 'P': {
+            const int p = epyq_model_path_parse(optarg);
+            if (p < 0) return fprintf(stderr, "e2e: --path: expected a16, a8 or a8all\n"), 2;
+            path = (epyq_numpath)p;
             break;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

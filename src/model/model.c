@@ -348,6 +348,13 @@ const epyq_config *epyq_model_config(const epyq_model *m) { return m->c; }
 bool epyq_model_has_mtp(const epyq_model *m) { return m->has_mtp; }
 int32_t epyq_model_threads(const epyq_model *m) { return m->n_threads; }
 void epyq_model_set_path(epyq_model *m, epyq_numpath path) { m->path = path; }
+void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) {
+    m->gdn_chunk_min = min_tokens;
+}
+void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
+epyq_requant epyq_model_draft_head(const epyq_model *m) {
+    return m->draft_head.n ? m->draft_head.requant : EPYQ_REQUANT_NONE;
+}
 
 int epyq_model_path_parse(const char *s) {
     if (!strcmp(s, "a8all")) return EPYQ_PATH_A8_ALL;
@@ -357,9 +364,6 @@ int epyq_model_path_parse(const char *s) {
 const char *epyq_model_path_name(epyq_numpath path) {
     return path == EPYQ_PATH_A8_ALL ? "a8all" : path == EPYQ_PATH_A8 ? "a8" : "a16";
 }
-void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) { m->gdn_chunk_min = min_tokens; }
-void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
-epyq_requant epyq_model_draft_head(const epyq_model *m) { return m->draft_head.n ? m->draft_head.requant : EPYQ_REQUANT_NONE; }
 void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense) {
     *lm_head = m->lm_head.requant, *dense = m->rq_dense;
 }

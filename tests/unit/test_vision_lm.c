@@ -168,7 +168,7 @@ static void logits_path(epyq_numpath path) {
     float *e_pre = conform_read_f32(g_dir, "logits_prefill.f32", (size_t)n * V);
     float *e_dec = conform_read_f32(g_dir, "logits_decode.f32", (size_t)ng * V);
     ck_assert(e_pre && e_dec);
-    const char *pn = path == EPYQ_PATH_A8 ? "a8" : "a16";
+    const char *pn = epyq_model_path_name(path);
     char label[64];
     conform_stats st;
     conform_init(&st);
