@@ -114,10 +114,11 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
                             const float *x, float *out, epyq_err *err) {
     const epyq_attn_rw *a = &ly->at;
     int32_t T = p->T, hd = m->d.hd, kvd = m->d.nkv * hd, qd = m->d.nq * 2 * hd;
-    float *qg = epyq_model_alloc((size_t)T * qd, sizeof(float));
-    float *kk = epyq_model_alloc((size_t)T * kvd, sizeof(float));
-    float *vv = epyq_model_alloc((size_t)T * kvd, sizeof(float));
-    float *o = epyq_model_alloc((size_t)T * m->d.nq * hd, sizeof(float));
+    /* written whole by the projections and the (token, kv head) tasks before any read */
+    float *qg = epyq_model_alloc_raw((size_t)T * qd, sizeof(float));
+    float *kk = epyq_model_alloc_raw((size_t)T * kvd, sizeof(float));
+    float *vv = epyq_model_alloc_raw((size_t)T * kvd, sizeof(float));
+    float *o = epyq_model_alloc_raw((size_t)T * m->d.nq * hd, sizeof(float));
     uint16_t **tmp = NULL;
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;

@@ -316,11 +316,13 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
                            const float *x, float *out, epyq_err *err) {
     const epyq_gdn_rw *gw = &ly->g;
     int32_t T = p->T, cd = m->d.conv_dim, Hv = m->d.Hv, Dv = m->d.Dv, vd = Hv * Dv;
-    float *u = epyq_model_alloc((size_t)T * cd, sizeof(float));
-    float *z = epyq_model_alloc((size_t)T * vd, sizeof(float));
-    float *o = epyq_model_alloc((size_t)T * vd, sizeof(float));
-    float *ba = epyq_model_alloc((size_t)T * 2 * Hv, sizeof(float)); /* b | a per token */
-    float *gl = epyq_model_alloc((size_t)T * Hv, sizeof(float)), *beta = epyq_model_alloc((size_t)T * Hv, sizeof(float));
+    /* every element written before it is read: by the projections, prep_task and gdn_task */
+    float *u = epyq_model_alloc_raw((size_t)T * cd, sizeof(float));
+    float *z = epyq_model_alloc_raw((size_t)T * vd, sizeof(float));
+    float *o = epyq_model_alloc_raw((size_t)T * vd, sizeof(float));
+    float *ba = epyq_model_alloc_raw((size_t)T * 2 * Hv, sizeof(float)); /* b | a per token */
+    float *gl = epyq_model_alloc_raw((size_t)T * Hv, sizeof(float)),
+          *beta = epyq_model_alloc_raw((size_t)T * Hv, sizeof(float));
     bool *chunked = calloc((size_t)p->n_groups + 1, sizeof(bool));
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;

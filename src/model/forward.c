@@ -26,7 +26,8 @@ void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, 
 epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                                float *x, epyq_err *err) {
     size_t n = (size_t)p->T * m->d.H;
-    float *xn = epyq_model_alloc(n, sizeof(float)), *blk = epyq_model_alloc(n, sizeof(float));
+    float *xn = epyq_model_alloc_raw(n, sizeof(float)),
+          *blk = epyq_model_alloc_raw(n, sizeof(float));
     epyq_status st = xn && blk ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "layer: out of memory");
     if (st == EPYQ_OK) {
         epyq_rmsnorm_zc_rows(x, ly->in_norm, p->T, m->d.H, m->eps, xn);

@@ -14,12 +14,27 @@
 #include "load/tensor_f32.h"
 #include "model/model_impl.h"
 
+/* 64-byte aligned room for n * size bytes, rounded up to whole lines; *bytes gets that size */
+static void *model_alloc_lines(size_t n, size_t size, size_t *bytes) {
+    if (!epyq_mul_size(n, size, bytes) || !epyq_add_size(*bytes, 63, bytes)) return NULL;
+    *bytes &= ~(size_t)63;
+    if (!*bytes) *bytes = 64;
+    return aligned_alloc(64, *bytes);
+}
+
 void *epyq_model_alloc(size_t n, size_t size) {
     size_t bytes;
-    if (!epyq_mul_size(n, size, &bytes) || !epyq_add_size(bytes, 63, &bytes)) return NULL;
-    bytes &= ~(size_t)63;
-    void *p = aligned_alloc(64, bytes ? bytes : 64);
-    if (p) memset(p, 0, bytes ? bytes : 64);
+    void *p = model_alloc_lines(n, size, &bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+void *epyq_model_alloc_raw(size_t n, size_t size) {
+    size_t bytes;
+    void *p = model_alloc_lines(n, size, &bytes);
+#ifdef EPYQ_POISON_SCRATCH
+    if (p) memset(p, 0xff, bytes); /* every float a NaN */
+#endif
     return p;
 }
 

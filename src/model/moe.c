@@ -279,7 +279,7 @@ static epyq_status moe_plan_alloc(moe_plan *p, const epyq_model *m, int32_t T, e
     p->ent_w = malloc(n_ent * sizeof(float));
     /* at most one partial chunk per expert beyond the full ones */
     p->tasks = malloc((n_ent / MOE_CHUNK + (size_t)E + 2) * sizeof(moe_task_t));
-    p->ys = epyq_model_alloc(n_ent * m->d.H, sizeof(float));
+    p->ys = epyq_model_alloc_raw(n_ent * m->d.H, sizeof(float)); /* zeroed in moe_run if need be */
     if (p->logit && p->sg && p->sel && p->wt && p->e_off && p->ent_tok && p->ent_row && p->ent_w &&
         p->tasks && p->ys)
         return EPYQ_OK;
@@ -357,6 +357,10 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
                  .tasks = p->tasks,
                  .ys = p->ys,
                  .pieces = 1};
+    /* Each task writes its entries' rows of ys. In NUMA mode the routed entries are summed
+     * into slot 0 by their nodes, and with expert parallelism other ranks' rows come in later:
+     * then the rows no task writes must read as zero. */
+    if (p->numa_layer >= 0 || m->ep) memset(p->ys, 0, n_ent * (size_t)H * sizeof(float));
     bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
               (p->numa_layer >= 0 || mw->gate[0].q4);
     /* the shared expert's node in NUMA mode (numa_dense.c), else the model's pool */
@@ -366,8 +370,8 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
     j.pieces = q4 && m->moe_split ? split_pieces(nt, pool_threads) : 1;
     if (j.pieces > 1) {
         j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
-        j.h = epyq_model_alloc(n_ent * (size_t)j.ld_h, sizeof(float));
-        j.ye = epyq_model_alloc(n_ent * (size_t)H, sizeof(float));
+        j.h = epyq_model_alloc_raw(n_ent * (size_t)j.ld_h, sizeof(float));
+        j.ye = epyq_model_alloc_raw(n_ent * (size_t)H, sizeof(float));
         if (!j.h || !j.ye) j.pieces = 1; /* the whole-expert tasks need no shared buffers */
     }
     if (j.pieces > 1) {
