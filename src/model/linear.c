@@ -323,7 +323,7 @@ static epyq_status rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *s
         for (size_t i = 0; st == EPYQ_OK && !src->scheme.sym && i < ng; i++) asym |= z[i] != 8;
         void *mem = NULL;
         if (st == EPYQ_OK) {
-            mem = epyq_model_alloc(epyq_w4_pack_bytes(n, k, gs, asym), 1);
+            mem = epyq_wmem_alloc(m->wmem, epyq_w4_pack_bytes(n, k, gs, asym), 1);
             if (!mem) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory for packed int4", src->module);
         }
         if (st == EPYQ_OK) {
@@ -332,7 +332,8 @@ static epyq_status rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *s
             if (st != EPYQ_OK) epyq_err_prefix(err, "%s: ", src->module);
         }
         if (st == EPYQ_OK) dst->q4 = true;
-        else free(mem);
+        else
+            epyq_wmem_release(m->wmem, mem);
         if (st == EPYQ_OK && has_perm) {
             /* act-order: the packed columns are in g_idx group order; keep the order */
             dst->perm = perm, perm = NULL;
@@ -345,7 +346,7 @@ static epyq_status rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *s
      * copy (exact for BF16) */
     enum { BLOCK_ROWS = 256 };
     float *f = malloc((size_t)BLOCK_ROWS * (size_t)k * sizeof(float));
-    dst->bf16 = epyq_model_alloc(nk, sizeof(uint16_t));
+    dst->bf16 = epyq_wmem_alloc(m->wmem, nk, sizeof(uint16_t));
     if (!f || !dst->bf16) st = epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
     for (int32_t r0 = 0; st == EPYQ_OK && r0 < n; r0 += BLOCK_ROWS) {
         int32_t rows = n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS;
@@ -397,10 +398,10 @@ epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up,
     return st;
 }
 
-void epyq_rlin_free(epyq_rlin *l) {
+void epyq_rlin_free(const epyq_model *m, epyq_rlin *l) {
     free(l->perm);
-    if (l->q4) free(l->w4.mem), free(l->w4lo.mem);
-    free(l->bf16);
+    if (l->q4) epyq_wmem_release(m->wmem, l->w4.mem), epyq_wmem_release(m->wmem, l->w4lo.mem);
+    epyq_wmem_release(m->wmem, l->bf16);
     memset(l, 0, sizeof *l);
 }
 

@@ -152,21 +152,22 @@ static epyq_status load_layer(epyq_model *m, epyq_layer_rw *ly, const epyq_layer
 
 static void layer_free(const epyq_model *m, epyq_layer_rw *ly) {
     free(ly->in_norm), free(ly->post_norm);
-    epyq_rlin_free(&ly->at.q), epyq_rlin_free(&ly->at.k), epyq_rlin_free(&ly->at.v);
-    epyq_rlin_free(&ly->at.o);
+    epyq_rlin_free(m, &ly->at.q), epyq_rlin_free(m, &ly->at.k), epyq_rlin_free(m, &ly->at.v);
+    epyq_rlin_free(m, &ly->at.o);
     free(ly->at.q_norm), free(ly->at.k_norm);
-    epyq_rlin_free(&ly->g.qkv), epyq_rlin_free(&ly->g.z), epyq_rlin_free(&ly->g.b);
-    epyq_rlin_free(&ly->g.a), epyq_rlin_free(&ly->g.out);
+    epyq_rlin_free(m, &ly->g.qkv), epyq_rlin_free(m, &ly->g.z), epyq_rlin_free(m, &ly->g.b);
+    epyq_rlin_free(m, &ly->g.a), epyq_rlin_free(m, &ly->g.out);
     free(ly->g.conv), free(ly->g.neg_exp_A), free(ly->g.dt_bias), free(ly->g.norm);
-    epyq_rlin_free(&ly->m.router);
+    epyq_rlin_free(m, &ly->m.router);
     for (int32_t e = 0; e < m->d.E; e++) {
-        if (ly->m.gate) epyq_rlin_free(&ly->m.gate[e]);
-        if (ly->m.up) epyq_rlin_free(&ly->m.up[e]);
-        if (ly->m.down) epyq_rlin_free(&ly->m.down[e]);
+        if (ly->m.gate) epyq_rlin_free(m, &ly->m.gate[e]);
+        if (ly->m.up) epyq_rlin_free(m, &ly->m.up[e]);
+        if (ly->m.down) epyq_rlin_free(m, &ly->m.down[e]);
     }
     free(ly->m.gate), free(ly->m.up), free(ly->m.down);
-    epyq_rlin_free(&ly->m.sh_gate), epyq_rlin_free(&ly->m.sh_up), epyq_rlin_free(&ly->m.sh_down);
-    epyq_rlin_free(&ly->m.sh_expert_gate);
+    epyq_rlin_free(m, &ly->m.sh_gate), epyq_rlin_free(m, &ly->m.sh_up),
+        epyq_rlin_free(m, &ly->m.sh_down);
+    epyq_rlin_free(m, &ly->m.sh_expert_gate);
 }
 
 void epyq_model_free(epyq_model *m) {
@@ -178,9 +179,11 @@ void epyq_model_free(epyq_model *m) {
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
     free(m->perm_x), free(m->perm_act);
-    epyq_rlin_free(&m->lm_head), epyq_rlin_free(&m->mtp_fc), epyq_rlin_free(&m->draft_head);
+    epyq_rlin_free(m, &m->lm_head), epyq_rlin_free(m, &m->mtp_fc),
+        epyq_rlin_free(m, &m->draft_head);
     free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);
     if (m->pool) epyq_pool_free(m->pool);
+    epyq_wmem_free(m->wmem);
     epyq_weights_free(m->w);
     free(m);
 #ifdef __GLIBC__
@@ -326,6 +329,10 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     if (st == EPYQ_OK) {
         m->n_threads = epyq_pool_size(m->pool);
         m->numa_experts = o.numa && o.numa->mode != EPYQ_NUMA_OFF;
+        /* NUMA mode moves every packed linear into its node's buffers and frees the heap copy */
+        if (!m->numa_experts) st = epyq_wmem_create(&m->wmem, err);
+    }
+    if (st == EPYQ_OK) {
         st =
             m->ep && m->numa_experts
                 ? epyq_err_set(

@@ -69,6 +69,18 @@ typedef struct {
     epyq_moe_rw m;
 } epyq_layer_rw;
 
+/* ---- wmem.c: the weight arena. Packed linears are carved from 2 MiB aligned chunks advised
+ * MADV_HUGEPAGE (64-byte aligned, zeroed, thread-safe) and all freed together with the arena;
+ * epyq_wmem_release frees heap memory and leaves arena memory to the arena. A NULL arena
+ * means the heap: epyq_wmem_alloc is then epyq_model_alloc. */
+typedef struct epyq_wmem epyq_wmem;
+epyq_status epyq_wmem_create(epyq_wmem **out, epyq_err *err); /* *out NULL in sanitizer builds */
+void *epyq_wmem_alloc(epyq_wmem *w, size_t n, size_t size);
+bool epyq_wmem_owns(const epyq_wmem *w, const void *p);
+void epyq_wmem_release(epyq_wmem *w, void *p);
+uint64_t epyq_wmem_bytes(const epyq_wmem *w);
+void epyq_wmem_free(epyq_wmem *w);
+
 struct epyq_model {
     epyq_weights *w;            /* owned; config lives in w->cfg */
     const epyq_config *c;
@@ -103,6 +115,8 @@ struct epyq_model {
     bool numa_experts;
     struct epyq_model_numa *numa;
     const epyq_ep *ep; /* expert parallelism (model.h); NULL: one process */
+    epyq_wmem *wmem;   /* owned: the packed weights' huge-page arena (wmem.c); NULL in NUMA
+                          mode (node buffers hold them) and sanitizer builds (the heap) */
     /* Act-order (linear.c): some linear run through epyq_rlin_run_many has a perm (set by
      * loads that may run in parallel, hence atomic); epyq_rlin_act then keeps room for one
      * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
@@ -201,7 +215,7 @@ epyq_status epyq_rlin_load(epyq_model *m, epyq_rlin *dst, const epyq_linear *src
 epyq_status epyq_rlin_load_expert(epyq_model *m, epyq_rlin *gate, epyq_rlin *up, epyq_rlin *down,
                                   const epyq_linear *gs, const epyq_linear *us, const epyq_linear *ds,
                                   epyq_err *err);
-void epyq_rlin_free(epyq_rlin *l);
+void epyq_rlin_free(const epyq_model *m, epyq_rlin *l);
 /* Rows [r0, r0 + rows) of a 16/32-bit linear as fp32 into f [rows][n_in]. */
 epyq_status epyq_rlin_read_rows(const epyq_linear *src, int32_t r0, int32_t rows, float *f,
                                 epyq_err *err);

@@ -116,15 +116,17 @@ typedef struct {
     void *mem;
 } plane;
 
-static void plane_free(plane *p) { free(p->q), free(p->z), free(p->s), free(p->mem); }
+static void plane_free(const epyq_model *m, plane *p) {
+    free(p->q), free(p->z), free(p->s), epyq_wmem_release(m->wmem, p->mem);
+}
 
-static epyq_status plane_alloc(plane *p, int32_t n, int32_t k, int32_t gs, const char *module,
-                               epyq_err *err) {
+static epyq_status plane_alloc(const epyq_model *m, plane *p, int32_t n, int32_t k, int32_t gs,
+                               const char *module, epyq_err *err) {
     size_t nk = (size_t)n * (size_t)k, ng = nk / (size_t)gs;
     p->q = malloc(nk), p->z = malloc(ng), p->s = malloc(ng * sizeof(float));
     /* asymmetric always: the int8 low plane's zero is 0, and an int4 matrix whose zeros all
      * happen to be 8 packs the same either way */
-    p->mem = epyq_model_alloc(epyq_w4_pack_bytes(n, k, gs, 1), 1);
+    p->mem = epyq_wmem_alloc(m->wmem, epyq_w4_pack_bytes(n, k, gs, 1), 1);
     if (!p->q || !p->z || !p->s || !p->mem)
         return epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory while requantising [%d][%d]",
                             module, n, k);
@@ -160,8 +162,9 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
     plane hi = {0}, lo = {0};
     epyq_status st = f ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "%s: out of memory", src->module);
     if (st != EPYQ_OK) goto done;
-    if ((st = plane_alloc(&hi, n, k, gs, src->module, err)) != EPYQ_OK) goto done;
-    if (kind == EPYQ_REQUANT_INT8 && (st = plane_alloc(&lo, n, k, gs, src->module, err)) != EPYQ_OK)
+    if ((st = plane_alloc(m, &hi, n, k, gs, src->module, err)) != EPYQ_OK) goto done;
+    if (kind == EPYQ_REQUANT_INT8 &&
+        (st = plane_alloc(m, &lo, n, k, gs, src->module, err)) != EPYQ_OK)
         goto done;
     for (int32_t r0 = 0; r0 < n; r0 += BLOCK_ROWS) {
         int32_t rows = n - r0 < BLOCK_ROWS ? n - r0 : BLOCK_ROWS;
@@ -188,8 +191,8 @@ epyq_status epyq_rlin_requant(epyq_model *m, epyq_rlin *dst, const epyq_linear *
     if (kind == EPYQ_REQUANT_INT8) st = plane_pack(&dst->w4lo, &lo, n, k, gs, src->module, err);
 done:
     free(f);
-    plane_free(&hi), plane_free(&lo);
-    if (st != EPYQ_OK) epyq_rlin_free(dst);
+    plane_free(m, &hi), plane_free(m, &lo);
+    if (st != EPYQ_OK) epyq_rlin_free(m, dst);
     return st;
 }
 
