@@ -700,6 +700,7 @@ int epyq_cmd_batch(int argc, char **argv) {
                           .n_threads = o.threads,
                           .skip_mtp = !o.spec.on,
                           .draft_head = o.spec.on ? o.spec.draft_head : EPYQ_REQUANT_NONE,
+                          .draft_vocab = o.spec.on ? o.spec.draft_vocab : 0,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense,

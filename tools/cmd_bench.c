@@ -50,6 +50,7 @@ typedef struct {
     double accept[EPYQ_SPEC_MAX];  /* --accept: per-position acceptance for projections */
     int n_accept;
     epyq_requant draft_head;       /* --draft-head */
+    int32_t draft_vocab;           /* --draft-vocab (0: the whole vocabulary) */
     size_t membw_bytes;
     bool ep;            /* --ep */
     const epyq_ep *epc; /* its ranks; NULL without --ep */
@@ -90,6 +91,8 @@ static void usage(FILE *f) {
         "  --accept LIST            with mtp:K:forced: t/s projected at these per-position\n"
         "                           acceptance rates (e.g. 0.93,0.85)\n"
         "  --draft-head KIND        int4 (default), int8 or bf16: the lm_head copy MTP drafts read\n"
+        "  --draft-vocab N          drafts pick among token ids below N (the draft head holds\n"
+        "                           those rows only; default: the whole vocabulary)\n"
         "  --requant SPEC           lm_head=int8|int4, dense=int8|int4 (comma-separated):\n"
         "                           16-bit linears requantised at load (default: exact)\n"
         "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
@@ -138,6 +141,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"spec", required_argument, 0, 'X'},
                                        {"accept", required_argument, 0, 'A'},
                                        {"draft-head", required_argument, 0, 'D'},
+                                       {"draft-vocab", required_argument, 0, 'V'},
                                        {"ep", no_argument, 0, 'e'},
                                        {0, 0, 0, 0}};
     o->pp[0] = 512, o->n_pp = 1;
@@ -240,6 +244,12 @@ static int parse(int argc, char **argv, opts *o) {
             epyq_err e = {0};
             if (epyq_requant_parse_kind(optarg, &o->draft_head, &e) != EPYQ_OK)
                 return fprintf(stderr, "epyq bench: --draft-head: %s\n", e.msg), 2;
+            break;
+        }
+        case 'V': {
+            long v;
+            if (epyq_tool_opt_long("epyq bench", optarg, 1, INT32_MAX, &v)) return 2;
+            o->draft_vocab = (int32_t)v;
             break;
         }
         case 'h': usage(stdout); return 0;
@@ -436,6 +446,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
                           .n_threads = threads,
                           .skip_mtp = !any_spec,
                           .draft_head = any_spec ? o->draft_head : EPYQ_REQUANT_NONE,
+                          .draft_vocab = any_spec ? o->draft_vocab : 0,
                           .numa = o->rt.use_numa ? &numa : NULL,
                           .requant_lm_head = o->rt.rq_lm_head,
                           .requant_dense = o->rt.rq_dense,

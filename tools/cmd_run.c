@@ -292,6 +292,7 @@ int epyq_cmd_run(int argc, char **argv) {
                           .n_threads = o.threads,
                           .skip_mtp = o.spec_k == 0,
                           .draft_head = o.spec_k ? o.spec.draft_head : EPYQ_REQUANT_NONE,
+                          .draft_vocab = o.spec_k ? o.spec.draft_vocab : 0,
                           .numa = epyq_tool_rt_numa(&o.rt, o.threads),
                           .requant_lm_head = o.rt.rq_lm_head,
                           .requant_dense = o.rt.rq_dense,

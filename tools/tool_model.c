@@ -168,16 +168,27 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
     if (rq_lm || rq_dense)
         snprintf(rq, sizeof rq, ", requantised at load: lm_head %s, dense %s", epyq_requant_name(rq_lm),
                  epyq_requant_name(rq_dense));
+    /* the MTP drafts' head: its kind, and the ids it drafts among when cut (--draft-vocab) */
+    const epyq_requant dh = epyq_model_draft_head(*out);
+    const int32_t dv = epyq_model_draft_vocab(*out), V = epyq_model_config(*out)->vocab_size;
+    char dr[96] = "";
+    if (dh)
+        snprintf(dr, sizeof dr, ", draft head %s over ids [0, %d)", epyq_requant_name(dh), (int)dv);
     if (tty)
-        fprintf(stderr, "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token%s\n",
-                dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name, active / 1e6, rq);
+        fprintf(
+            stderr,
+            "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token%s%s\n",
+            dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
+            active / 1e6, rq, dr);
     else
-        fprintf(stderr,
-                "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"threads\":%d,"
-                "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu,\"requant_lm_head\":\"%s\","
-                "\"requant_dense\":\"%s\"}\n",
-                (unsigned long long)p.bytes, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
-                (unsigned long long)active, epyq_requant_name(rq_lm), epyq_requant_name(rq_dense));
+        fprintf(
+            stderr,
+            "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"threads\":%d,"
+            "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu,\"requant_lm_head\":\"%s\","
+            "\"requant_dense\":\"%s\",\"draft_head\":\"%s\",\"draft_vocab\":%d}\n",
+            (unsigned long long)p.bytes, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
+            (unsigned long long)active, epyq_requant_name(rq_lm), epyq_requant_name(rq_dense),
+            dh ? epyq_requant_name(dh) : "none", (int)(dh ? dv : V));
     return EPYQ_OK;
 }
 
@@ -316,10 +327,15 @@ const char epyq_tool_spec_help[] =
     "                         not pay\n"
     "  --draft N              drafts per step with --spec mtp (default 2, at most 7)\n"
     "  --draft-head KIND      int4 (default), int8 or bf16: the lm_head (and MTP layer) copy\n"
-    "                         drafts read; verification always reads the exact head\n";
+    "                         drafts read; verification always reads the exact head\n"
+    "  --draft-vocab N        drafts pick among token ids below N only (rounded up to 16; the\n"
+    "                         draft head then holds those rows: 32768 of 248320 reads 1/7 of\n"
+    "                         it); other tokens are never drafted, output unchanged (default:\n"
+    "                         the whole vocabulary)\n";
 
 void epyq_tool_spec_init(epyq_tool_spec *sp) {
-    *sp = (epyq_tool_spec){.on = false, .draft = 2, .draft_head = EPYQ_REQUANT_INT4};
+    *sp = (epyq_tool_spec){
+        .on = false, .draft = 2, .draft_head = EPYQ_REQUANT_INT4, .draft_vocab = 0};
 }
 
 int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *arg) {
@@ -335,6 +351,12 @@ int epyq_tool_spec_opt(epyq_tool_spec *sp, const char *cmd, int c, const char *a
         long v;
         if (epyq_tool_opt_long(cmd, arg, 1, EPYQ_SPEC_MAX - 1, &v)) return 2;
         sp->draft = (int)v;
+        return 0;
+    }
+    if (c == EPYQ_TOOL_O_DVOCAB) {
+        long v;
+        if (epyq_tool_opt_long(cmd, arg, 1, INT32_MAX, &v)) return 2;
+        sp->draft_vocab = (int32_t)v;
         return 0;
     }
     if (c == EPYQ_TOOL_O_DHEAD) {

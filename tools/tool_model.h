@@ -82,16 +82,18 @@ const epyq_numa_opts *epyq_tool_rt_numa(epyq_tool_rt *rt, int threads);
 
 /* ---- MTP speculative decoding flags of run and chat: --spec mtp|none, --draft N, --draft-head
  * ---- */
-enum { EPYQ_TOOL_O_SPEC = 0x4100, EPYQ_TOOL_O_DRAFT, EPYQ_TOOL_O_DHEAD };
+enum { EPYQ_TOOL_O_SPEC = 0x4100, EPYQ_TOOL_O_DRAFT, EPYQ_TOOL_O_DHEAD, EPYQ_TOOL_O_DVOCAB };
 #define EPYQ_TOOL_SPEC_LONGOPTS                                                                    \
     {"spec", required_argument, 0, EPYQ_TOOL_O_SPEC},                                              \
-        {"draft", required_argument, 0, EPYQ_TOOL_O_DRAFT}, {                                      \
-        "draft-head", required_argument, 0, EPYQ_TOOL_O_DHEAD                                      \
+        {"draft", required_argument, 0, EPYQ_TOOL_O_DRAFT},                                        \
+        {"draft-head", required_argument, 0, EPYQ_TOOL_O_DHEAD}, {                                 \
+        "draft-vocab", required_argument, 0, EPYQ_TOOL_O_DVOCAB                                    \
     }
 typedef struct {
     bool on;                 /* --spec mtp */
     int draft;               /* --draft N (default 2) */
     epyq_requant draft_head; /* --draft-head (default int4) */
+    int32_t draft_vocab;     /* --draft-vocab N (default 0: the whole vocabulary) */
 } epyq_tool_spec;
 extern const char epyq_tool_spec_help[];
 void epyq_tool_spec_init(epyq_tool_spec *sp);

@@ -245,10 +245,22 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
     if (m->has_mtp && o->draft_head != EPYQ_REQUANT_NONE) {
         /* drafts need only the argmax: a cheap copy of the head, the exact one verifies */
         if (!m->rq_gs) m->rq_gs = epyq_requant_group(w);
-        if (w->lm_head.kind == EPYQ_LIN_Q4)
-            TRY(epyq_rlin_load(m, &m->draft_head, &w->lm_head, false, err));
+        epyq_linear head = w->lm_head;
+        if (o->draft_vocab < 0 || o->draft_vocab > head.n_out)
+            return epyq_err_set(err, EPYQ_E_ARG,
+                                "draft vocabulary: expected 1..%lld token ids, got %d",
+                                (long long)head.n_out, (int)o->draft_vocab);
+        if (o->draft_vocab > 0 && o->draft_vocab < head.n_out && head.kind == EPYQ_LIN_Q4)
+            return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                                "%s: a draft vocabulary cut needs a 16-bit lm_head, found int4",
+                                head.module);
+        if (o->draft_vocab > 0) /* its first rows, ids [0, n), in whole 16-row tiles */
+            head.n_out = (o->draft_vocab + 15) / 16 * 16 < head.n_out
+                             ? (o->draft_vocab + 15) / 16 * 16
+                             : head.n_out;
+        if (head.kind == EPYQ_LIN_Q4) TRY(epyq_rlin_load(m, &m->draft_head, &head, false, err));
         else if (m->rq_gs > 0)
-            TRY(epyq_rlin_requant(m, &m->draft_head, &w->lm_head, o->draft_head, m->rq_gs, err));
+            TRY(epyq_rlin_requant(m, &m->draft_head, &head, o->draft_head, m->rq_gs, err));
     }
     /* Drafting through a draft head: the MTP layer is only ever used for drafts then, so its
      * 16-bit linears (the original releases keep it BF16: 1.6 GB, ~130 MB read per draft row)
@@ -361,6 +373,9 @@ void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens) {
 void epyq_model_set_moe_split(epyq_model *m, bool on) { m->moe_split = on; }
 epyq_requant epyq_model_draft_head(const epyq_model *m) {
     return m->draft_head.n ? m->draft_head.requant : EPYQ_REQUANT_NONE;
+}
+int32_t epyq_model_draft_vocab(const epyq_model *m) {
+    return m->draft_head.n ? m->draft_head.n : m->d.V;
 }
 
 int epyq_model_path_parse(const char *s) {

@@ -121,6 +121,11 @@ typedef struct {
     /* With the MTP head loaded: a requantised copy of the lm_head that MTP drafts read
      * (src/model/spec.c); verification always reads the lm_head itself. NONE = drafts read it. */
     epyq_requant draft_head;
+    /* With a draft head: drafts pick among token ids [0, draft_vocab) only, and the draft head
+     * holds just those rows (0 = the whole vocabulary). BPE ids are in merge order, roughly by
+     * frequency, so the low ids carry most of the text; a token outside them is never drafted,
+     * costs acceptance, never correctness (verification reads the whole exact head). */
+    int32_t draft_vocab;
     /* Expert parallelism (above); NULL or size 1 = every expert here. Kept by pointer. */
     const epyq_ep *ep;
 } epyq_model_opts;
@@ -149,6 +154,9 @@ uint64_t epyq_model_active_bytes(const epyq_model *m);
 uint64_t epyq_model_last_bytes(const epyq_model *m);
 /* The draft head's kind (NONE: drafts read the lm_head). */
 epyq_requant epyq_model_draft_head(const epyq_model *m);
+/* The token ids drafts pick among: [0, epyq_model_draft_vocab(m)) (the vocabulary size unless
+ * opts.draft_vocab cut the draft head). */
+int32_t epyq_model_draft_vocab(const epyq_model *m);
 /* What --requant did: *lm_head / *dense as loaded (NONE where the linears are exact). */
 void epyq_model_requant(const epyq_model *m, epyq_requant *lm_head, epyq_requant *dense);
 

@@ -23,6 +23,7 @@ struct epyq_spec {
     epyq_seq *s;
     epyq_spec_opts o;
     int32_t V, H;
+    int32_t Vd;                   /* drafts pick among ids [0, Vd) (epyq_model_draft_vocab) */
     int32_t next;                 /* picked, not yet fed: the token at position s->pos */
     int32_t d[EPYQ_SPEC_MAX];     /* d[0] = d1, ready from the last MTP pass */
     float *logits;                /* [k + 1][V] verification logits */
@@ -59,7 +60,7 @@ epyq_status epyq_spec_create(epyq_spec **out, epyq_model *m, epyq_seq *s, const 
     if (!sp) return epyq_err_set(err, EPYQ_E_NOMEM, "speculative decoding: out of memory");
     sp->m = m, sp->s = s, sp->o = *o;
     sp->left = PROBE_STEPS, sp->hold = HOLD_MIN;
-    sp->V = m->d.V, sp->H = m->d.H;
+    sp->V = m->d.V, sp->H = m->d.H, sp->Vd = epyq_model_draft_vocab(m);
     sp->logits = malloc((size_t)(o->k + 1) * sp->V * sizeof(float));
     sp->dlog = malloc((size_t)sp->V * sizeof(float));
     sp->dh = malloc((size_t)sp->H * sizeof(float));
@@ -102,7 +103,7 @@ static epyq_status mtp_pass(epyq_spec *sp, const float *h, const int32_t *tok, i
     epyq_status st =
         epyq_mtp_run(sp->m, sp->s, n, h, tok, pos, draft ? 1 : 0, sp->dlog, ho, true, err);
     if (st == EPYQ_OK && draft) {
-        sp->d[0] = epyq_argmax(sp->dlog, sp->V);
+        sp->d[0] = epyq_argmax(sp->dlog, sp->Vd);
         memcpy(sp->dh, ho + (size_t)(n - 1) * sp->H, (size_t)sp->H * sizeof(float));
     }
     free(pos), free(ho);
@@ -194,7 +195,7 @@ epyq_status epyq_spec_rows(epyq_spec *sp, int32_t *rows, int32_t *n_rows, epyq_e
     for (int32_t i = 1; st == EPYQ_OK && i < k; i++) {
         int32_t pos = P + i - 1, tok = sp->d[i - 1];
         st = epyq_mtp_run(sp->m, sp->s, 1, sp->dh, &tok, &pos, 1, sp->dlog, sp->dh, true, err);
-        if (st == EPYQ_OK) sp->d[i] = epyq_argmax(sp->dlog, sp->V);
+        if (st == EPYQ_OK) sp->d[i] = epyq_argmax(sp->dlog, sp->Vd);
         if (st == EPYQ_OK && sp->o.draft_override)
             sp->d[i] = sp->o.draft_override(sp->o.override_ctx, P + i + 1, sp->d[i]);
     }

@@ -9,7 +9,8 @@
  *    taken from the plain output but wrong at every fifth position, so every acceptance length
  *    and the bonus token occur;
  *  - seeded sampling emits the plain seeded run's tokens draw for draw;
- *  - forced acceptance keeps its promise (k + 1 tokens a step, every draft counted accepted). */
+ *  - forced acceptance keeps its promise (k + 1 tokens a step, every draft counted accepted);
+ *  - a draft head cut to the first ids (--draft-vocab) drafts only those ids, same output. */
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -146,6 +147,70 @@ static int64_t greedy_spec_n(epyq_model *m, const int32_t *prompt, int32_t k, bo
     epyq_seq_free(s);
     return n;
 }
+
+/* --draft-vocab: a draft head cut to ids [0, Vd) (here a quarter of the vocabulary, not a
+ * multiple of 16, so the cut rounds up) drafts only ids below Vd, observed as the MTP proposes
+ * them, and greedy output stays the plain output token for token. */
+typedef struct {
+    int32_t max_id;
+    int64_t n;
+} draft_seen;
+
+static int32_t observe_draft(void *ctx, int32_t pos, int32_t d) {
+    (void)pos;
+    draft_seen *o = ctx;
+    o->max_id = d > o->max_id ? d : o->max_id;
+    o->n++;
+    return d;
+}
+
+START_TEST(test_draft_vocab) {
+    char *dir = synth_model("ct", 23);
+    ck_assert(dir);
+    static const int32_t prompt[PROMPT] = {11, 250, 3, 871, 64, 5};
+    epyq_model *plain = load(dir, EPYQ_REQUANT_NONE, false);
+    int32_t V = epyq_model_config(plain)->vocab_size, want[GEN], got[GEN];
+    greedy_plain(plain, prompt, want);
+    epyq_model_free(plain);
+    const int32_t cut = V / 4 + 3, Vd = (cut + 15) / 16 * 16;
+    epyq_model *m = NULL;
+    epyq_err err = {0};
+    epyq_model_opts o = {.n_threads = 2, .draft_head = EPYQ_REQUANT_INT4, .draft_vocab = cut};
+    ck_assert_msg(epyq_model_load(&m, dir, &o, &err) == EPYQ_OK, "%s", err.msg);
+    ck_assert_int_eq(epyq_model_draft_vocab(m), Vd);
+    for (int32_t k = 1; k <= 3; k++) {
+        epyq_seq *s = NULL;
+        epyq_spec *sp = NULL;
+        ck_assert(epyq_seq_create(&s, m, 256, EPYQ_KV_BF16, &err) == EPYQ_OK);
+        draft_seen seen = {-1, 0};
+        epyq_spec_opts so = {.k = k, .draft_override = observe_draft, .override_ctx = &seen};
+        ck_assert_msg(epyq_spec_create(&sp, m, s, &so, &err) == EPYQ_OK, "%s", err.msg);
+        int32_t n = 0, step[EPYQ_SPEC_MAX];
+        ck_assert(epyq_spec_prefill(sp, prompt, PROMPT, pick_greedy, &V, &got[n++], &err) ==
+                  EPYQ_OK);
+        while (n < GEN) {
+            int32_t c;
+            ck_assert_msg(epyq_spec_step(sp, pick_greedy, &V, step, &c, &err) == EPYQ_OK, "%s",
+                          err.msg);
+            for (int32_t i = 0; i < c && n < GEN; i++) got[n++] = step[i];
+        }
+        for (int i = 0; i < GEN; i++)
+            ck_assert_msg(got[i] == want[i], "k=%d draft vocab %d: token %d is %d, plain greedy %d",
+                          k, Vd, i, got[i], want[i]);
+        ck_assert_msg(seen.n > 0 && seen.max_id >= 0 && seen.max_id < Vd,
+                      "k=%d: %lld drafts, largest id %d, expected ids below %d", k,
+                      (long long)seen.n, seen.max_id, Vd);
+        epyq_spec_free(sp);
+        epyq_seq_free(s);
+    }
+    epyq_model_free(m);
+    /* more ids than the vocabulary: refused at load, naming both */
+    o.draft_vocab = V + 1;
+    ck_assert(epyq_model_load(&m, dir, &o, &err) == EPYQ_E_ARG);
+    ck_assert_msg(strstr(err.msg, "draft vocabulary"), "%s", err.msg);
+    free(dir);
+}
+END_TEST
 
 static void identity_on(const char *dir) {
     static const int32_t prompt[PROMPT] = {11, 250, 3, 871, 64, 5};
@@ -386,7 +451,7 @@ int main(void) {
     TCase *tc = epyq_test_case(s, "spec", 600);
     tcase_add_test(tc, test_rollback_exact);
     tcase_add_loop_test(tc, test_greedy_identity_synth, 0, getenv("EPYQ_FAST") ? 1 : 3);
-    EPYQ_TESTS_ADD(tc, test_forced, test_adaptive, test_sampled_identity);
+    EPYQ_TESTS_ADD(tc, test_forced, test_adaptive, test_sampled_identity, test_draft_vocab);
     TCase *fx = epyq_test_case(s, "fixtures", 600);
     if (epyq_test_shared("fixtures/models")) tcase_add_test(fx, test_greedy_identity_fixtures);
     int failed = epyq_test_failures(s, false);
