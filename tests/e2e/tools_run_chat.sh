@@ -25,6 +25,14 @@ cp "$T/out" "$T/greedy"
 expect 0 "run --temp 0 --spec mtp" "$EPYQ" $R --temp 0 --spec mtp -p "The quick brown fox"
 cmp -s "$T/out" "$T/greedy" || fail "run --spec mtp (greedy) gave other text than plain greedy"
 expect 2 "run --draft 9" "$EPYQ" $R --spec mtp --draft 9 -p x
+# --draft-vocab: drafts among the first ids only, the same text, named in the load line
+expect 0 "run --spec mtp --draft-vocab 100" "$EPYQ" $R --spec mtp --draft-vocab 100 -p "The quick brown fox"
+cmp -s "$T/out" "$T/run1" || fail "run --draft-vocab gave other text than plain decoding"
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.draft_head == "int4" and .draft_vocab == 112' >/dev/null ||
+    fail "load line does not name the cut draft head (100 ids round up to 112)"
+expect 2 "run --draft-vocab 0" "$EPYQ" $R --spec mtp --draft-vocab 0 -p x
+expect 1 "run --draft-vocab past the vocabulary" "$EPYQ" $R --spec mtp --draft-vocab 99999 -p x
+grep -q 'draft vocabulary: expected 1\.\.' "$T/err" || fail "no one-line refusal naming the draft vocabulary"
 # chat --spec mtp: the same greedy answers turn after turn, speculation in /stats
 printf 'Hello\n/stats\nAgain\n/exit\n' >"$T/in2"
 "$EPYQ" chat -m "$M" -t 1 -n 6 --temp 0 --no-think <"$T/in2" >"$T/c_plain" 2>/dev/null || fail "chat (plain) for the spec check"
