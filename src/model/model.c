@@ -242,6 +242,11 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
         TRY(epyq_rlin_requant(m, &m->lm_head, &w->lm_head, m->rq_lm_head, m->rq_gs, err));
     else
         TRY(epyq_rlin_load(m, &m->lm_head, &w->lm_head, true, err));
+    if (m->has_mtp && o->draft_head == EPYQ_REQUANT_NONE && o->draft_vocab > 0)
+        return epyq_err_set(err, EPYQ_E_ARG,
+                            "draft vocabulary %d: expected a draft head (int4 or int8) to cut, "
+                            "found drafts reading the exact lm_head",
+                            (int)o->draft_vocab);
     if (m->has_mtp && o->draft_head != EPYQ_REQUANT_NONE) {
         /* drafts need only the argmax: a cheap copy of the head, the exact one verifies */
         if (!m->rq_gs) m->rq_gs = epyq_requant_group(w);

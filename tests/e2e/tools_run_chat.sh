@@ -33,6 +33,8 @@ grep '^{"event":"model_loaded"' "$T/err" | jq -e '.draft_head == "int4" and .dra
 expect 2 "run --draft-vocab 0" "$EPYQ" $R --spec mtp --draft-vocab 0 -p x
 expect 1 "run --draft-vocab past the vocabulary" "$EPYQ" $R --spec mtp --draft-vocab 99999 -p x
 grep -q 'draft vocabulary: expected 1\.\.' "$T/err" || fail "no one-line refusal naming the draft vocabulary"
+expect 1 "run --draft-head bf16 --draft-vocab 100" "$EPYQ" $R --spec mtp --draft-head bf16 --draft-vocab 100 -p x
+grep -q 'draft vocabulary 100: expected a draft head' "$T/err" || fail "--draft-vocab without a draft head not refused by name"
 # chat --spec mtp: the same greedy answers turn after turn, speculation in /stats
 printf 'Hello\n/stats\nAgain\n/exit\n' >"$T/in2"
 "$EPYQ" chat -m "$M" -t 1 -n 6 --temp 0 --no-think <"$T/in2" >"$T/c_plain" 2>/dev/null || fail "chat (plain) for the spec check"
