@@ -259,10 +259,9 @@ static epyq_status model_build(epyq_model *m, const epyq_model_opts *o, epyq_err
             return epyq_err_set(err, EPYQ_E_UNSUPPORTED,
                                 "%s: a draft vocabulary cut needs a 16-bit lm_head, found int4",
                                 head.module);
-        if (o->draft_vocab > 0) /* its first rows, ids [0, n), in whole 16-row tiles */
-            head.n_out = (o->draft_vocab + 15) / 16 * 16 < head.n_out
-                             ? (o->draft_vocab + 15) / 16 * 16
-                             : head.n_out;
+        const int64_t cut = ((int64_t)o->draft_vocab + 15) / 16 * 16; /* whole 16-row tiles */
+        if (o->draft_vocab > 0 && cut < head.n_out)
+            head.n_out = cut; /* its first rows: ids [0, cut) */
         if (head.kind == EPYQ_LIN_Q4) TRY(epyq_rlin_load(m, &m->draft_head, &head, false, err));
         else if (m->rq_gs > 0)
             TRY(epyq_rlin_requant(m, &m->draft_head, &head, o->draft_head, m->rq_gs, err));
