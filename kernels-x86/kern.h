@@ -69,6 +69,12 @@ epyq_status epyq_w4_pack(epyq_w4 *dst, void *mem, const epyq_q4_canon *src, epyq
 /* A view of output rows [n0, n1) of a packed matrix as a matrix of its own (row 0 = row n0),
  * sharing w's memory: n0 must be a multiple of 16 (tiles are contiguous). False otherwise. */
 int epyq_w4_view(const epyq_w4 *w, int32_t n0, int32_t n1, epyq_w4 *view);
+/* A copy of input columns [g0 gs, g1 gs) (whole groups g0 <= g < g1) of every row of w as a
+ * matrix of its own, written to mem (epyq_w4_pack_bytes(w->n, (g1 - g0) * w->gs, w->gs,
+ * w->asym) bytes, 64-byte aligned). Every core computes a row of the copy over its groups
+ * [0, g1 - g0) exactly as it computes w's row over [g0, g1): the NUMA loader places one
+ * intermediate slice of an expert's down projection on a node this way. 0 on a bad range. */
+int epyq_w4_cols(const epyq_w4 *w, int32_t g0, int32_t g1, void *mem, epyq_w4 *out);
 /* Decode one packed matrix back to canonical codes/scales/zeros (tests, --check). */
 void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q /*[n][k]*/, float *s /*[n][k/gs]*/, uint8_t *z /*[n][k/gs]*/);
 

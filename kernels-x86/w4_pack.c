@@ -101,6 +101,30 @@ int epyq_w4_view(const epyq_w4 *w, int32_t n0, int32_t n1, epyq_w4 *view) {
     return 1;
 }
 
+int epyq_w4_cols(const epyq_w4 *w, int32_t g0, int32_t g1, void *mem, epyq_w4 *out) {
+    const int32_t G = w->k / w->gs;
+    if (g0 < 0 || g1 > G || g1 <= g0 || ((uintptr_t)mem & 63u) != 0) return 0;
+    const int32_t kk = (g1 - g0) * w->gs, nt = w4_tiles(w->n);
+    const size_t tb = w4_tile_bytes(w->k, w->gs, w->asym), rb = w4_rec_bytes(w->gs);
+    const size_t ntb = w4_tile_bytes(kk, w->gs, w->asym);
+    for (int32_t t = 0; t < nt; t++) {
+        const uint8_t *src = (const uint8_t *)w->mem + (size_t)t * tb;
+        uint8_t *dst = (uint8_t *)mem + (size_t)t * ntb;
+        /* a tile's group records are in k order, so the slice's records are one run */
+        memcpy(dst, src + (size_t)g0 * rb, (size_t)(g1 - g0) * rb);
+        if (w->asym) { /* its zero points [G][16] likewise, the padding to 64 bytes zeroed */
+            uint8_t *z = dst + (size_t)(g1 - g0) * rb;
+            memset(z, 0, w4_zero_bytes(kk, w->gs, 1));
+            memcpy(z, src + (size_t)G * rb + (size_t)g0 * W4_TILE, (size_t)(g1 - g0) * W4_TILE);
+        }
+    }
+    *out = *w;
+    out->k = kk;
+    out->mem = mem;
+    out->bytes = (size_t)nt * ntb;
+    return 1;
+}
+
 void epyq_w4_unpack(const epyq_w4 *w, uint8_t *q, float *s, uint8_t *z) {
     const int32_t k = w->k, gs = w->gs, G = k / gs, bpg = gs / W4_KBLK;
     const size_t rb = w4_rec_bytes(gs);

@@ -16,7 +16,8 @@
  *    1-thread and a 2-thread run do);
  *  - w4_expert (fused gate/up/SiLU/down with routing weight) over a whole intermediate range
  *    and over two slices matches the double reference and the ref twin, and its two phases
- *    (w4_expert_gu, w4_expert_down) run in pieces give its exact bits.
+ *    (w4_expert_gu, w4_expert_down) run in pieces give its exact bits, and so does one
+ *    intermediate slice held on its own (gate/up row views, epyq_w4_cols' copy of down).
  * The measured worst errors, normalised by sum_i |w_i x_i|, are printed per path. */
 #include <check.h>
 #include <math.h>
@@ -599,6 +600,94 @@ START_TEST(test_expert_phases) {
 }
 END_TEST
 
+/* One intermediate slice [i0, i1) of an expert held on its own, as the NUMA loader places it:
+ * gate/up as row views, down as epyq_w4_cols' copy of the slice's columns. The copy unpacks
+ * to exactly those columns (codes, scales, zero points), and w4_expert over [0, i1 - i0) of
+ * the pieces gives w4_expert(full, i0, i1)'s bits: every table, both paths, sym and asym, the
+ * slice at the start, in the middle and at the end, m = 1, 3 and 17. */
+static void check_slice_copy(int32_t hidden, int32_t inter, int32_t gs, int32_t m, int asym) {
+    mat gate, up, down;
+    mat_make(&gate, inter, hidden, gs, asym);
+    mat_make(&up, inter, hidden, gs, asym);
+    mat_make(&down, hidden, inter, gs, asym);
+    float *x = act_make(m, hidden, 1), rw[32];
+    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    const int32_t G = inter / gs;
+    for (int32_t g0 = 0; g0 < G; g0++)
+        for (int32_t g1 = g0 + 1; g1 <= G; g1++) {
+            const int32_t i0 = g0 * gs, i1 = g1 * gs, ni = i1 - i0, G1 = g1 - g0;
+            if (i0 % 16) continue; /* a row view starts on a tile */
+            const size_t bytes = epyq_w4_pack_bytes(hidden, ni, gs, down.w.asym);
+            void *mem = aligned_alloc(64, w4_align64(bytes));
+            ck_assert_ptr_nonnull(mem);
+            memset(mem, 0xa5, w4_align64(bytes)); /* what the copy leaves unwritten shows */
+            epyq_w4 dc, gv, uv;
+            ck_assert(epyq_w4_cols(&down.w, g0, g1, mem, &dc));
+            ck_assert(epyq_w4_view(&gate.w, i0, i1, &gv) && epyq_w4_view(&up.w, i0, i1, &uv));
+            ck_assert_int_eq(dc.n, hidden);
+            ck_assert_int_eq(dc.k, ni);
+            ck_assert_uint_eq(dc.bytes, bytes);
+            uint8_t *q = malloc((size_t)hidden * (size_t)ni),
+                    *z = malloc((size_t)hidden * (size_t)G1);
+            float *sc = malloc((size_t)hidden * (size_t)G1 * sizeof(float));
+            ck_assert(q && z && sc);
+            epyq_w4_unpack(&dc, q, sc, z);
+            for (int32_t j = 0; j < hidden; j++) {
+                ck_assert_msg(
+                    memcmp(q + (size_t)j * ni, down.q + (size_t)j * inter + i0, (size_t)ni) == 0,
+                    "cols [%d,%d): codes of row %d differ", (int)i0, (int)i1, (int)j);
+                for (int32_t g = 0; g < G1; g++) {
+                    ck_assert(sc[(size_t)j * G1 + g] == down.s[(size_t)j * G + g0 + g]);
+                    ck_assert_int_eq(z[(size_t)j * G1 + g],
+                                     asym ? down.z[(size_t)j * G + g0 + g] : 8);
+                }
+            }
+            if (asym) /* the zero-point padding of every tile is zero, as the packer leaves it */
+                for (int32_t t = 0; t < w4_tiles(hidden); t++) {
+                    const uint8_t *zt = w4_tile_zeros(&dc, w4_tile_ptr(&dc, t));
+                    for (size_t b = (size_t)G1 * W4_TILE; b < w4_zero_bytes(ni, gs, 1); b++)
+                        ck_assert_int_eq(zt[b], 0);
+                }
+            for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
+                const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
+                if (!kt) continue;
+                void *scratch =
+                    aligned_alloc(64, w4_align64(kt->w4_expert_scratch_bytes(m, inter, hidden)));
+                ck_assert_ptr_nonnull(scratch);
+                for (int p = 0; p < 2; p++) {
+                    const epyq_numpath path = p ? EPYQ_PATH_A8 : EPYQ_PATH_A16;
+                    epyq_act xa;
+                    void *buf = act_buf(kt, &xa, x, m, hidden, gs, path);
+                    float *whole = nan_buf((size_t)m * (size_t)hidden),
+                          *y = nan_buf((size_t)m * (size_t)hidden);
+                    kt->w4_expert(&gate.w, &up.w, &down.w, i0, i1, &xa, rw, whole, hidden, scratch);
+                    kt->w4_expert(&gv, &uv, &dc, 0, ni, &xa, rw, y, hidden, scratch);
+                    ck_assert_msg(
+                        memcmp(y, whole, (size_t)m * (size_t)hidden * sizeof(float)) == 0,
+                        "%s %s: slice [%d,%d) held on its own differs from w4_expert over it, m=%d",
+                        kt->name, p ? "A8" : "A16", (int)i0, (int)i1, (int)m);
+                    free(whole), free(y), free(buf);
+                }
+                free(scratch);
+            }
+            free(q), free(z), free(sc), free(mem);
+        }
+    ck_assert(!epyq_w4_cols(&down.w, 0, G + 1, down.mem, &(epyq_w4){0}));
+    ck_assert(!epyq_w4_cols(&down.w, 1, 1, down.mem, &(epyq_w4){0}));
+    free(x);
+    mat_free(&gate);
+    mat_free(&up);
+    mat_free(&down);
+}
+
+START_TEST(test_expert_slice_copy) {
+    rng_state = 0x7f4a7c15u;
+    check_slice_copy(256, 512, 128, 1, 0); /* the 35b experts: 4 slices of 128 */
+    check_slice_copy(128, 192, 64, 3, 1);
+    if (!fast_mode()) check_slice_copy(160, 128, 32, 17, 1);
+}
+END_TEST
+
 /* A row's result must not depend on how many other rows share the call: batched decode puts
  * a varying number of tokens of different sequences into one kernel call, and epyq batch
  * --resume promises the same bytes as an uninterrupted run. Every m in 1..17 against m = 1,
@@ -673,7 +762,8 @@ static Suite *w4_suite(void) {
     TCase *tc = epyq_test_case(s, "core", 300);
     EPYQ_TESTS_ADD(tc, test_pack_roundtrip, test_pack_pinned_words, test_pack_refuses,
                    test_act_prep, test_act_prep_tables, test_gemm_shapes, test_expert,
-                   test_expert_phases, test_scratch_monotonic, test_rows_independent);
+                   test_expert_phases, test_expert_slice_copy, test_scratch_monotonic,
+                   test_rows_independent);
     return s;
 }
 
