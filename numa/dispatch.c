@@ -86,6 +86,12 @@ epyq_status epyq_moe_dispatch_create(epyq_moe_dispatch **out, const epyq_numa_rt
         !epyq_mul_size(n_unit, (size_t)dims->width, &scratch) || !epyq_mul_size(scratch, sizeof(float), &scratch))
         return epyq_err_set(err, EPYQ_E_ARG, "moe dispatch: %d tokens x top-%d x %d slices x %d floats overflows",
                             (int)dims->max_tokens, (int)dims->top_k, (int)dims->n_slices, (int)dims->width);
+    if (plan->n_slices > 1 && plan->n_slices != dims->n_slices)
+        return epyq_err_set(
+            err, EPYQ_E_ARG,
+            "moe dispatch: the plan places %d slices per expert, the dispatch runs %d; expected "
+            "the same",
+            (int)plan->n_slices, (int)dims->n_slices);
     epyq_moe_dispatch *d = calloc(1, sizeof *d);
     if (!d) return epyq_err_set(err, EPYQ_E_NOMEM, "moe dispatch: out of memory");
     d->rt = rt;
@@ -210,17 +216,19 @@ epyq_status epyq_moe_dispatch_run(epyq_moe_dispatch *d, int32_t layer, int32_t n
     }
     /* count[e] now holds the end of expert e; its start is count[e - 1] (0 for e = 0). */
 
-    const int16_t *owner = plan->expert_group + (size_t)layer * (size_t)E;
+    /* the group of each (expert, slice): the plan places whole experts or the same slices */
+    const int32_t PS = plan->n_slices > 1 ? plan->n_slices : 1;
+    const int16_t *owner = plan->expert_group + (size_t)layer * (size_t)E * (size_t)PS;
     const size_t per_group = d->slots * (size_t)S;
     int32_t chunk = d->dims.max_unit_tokens > 0 ? d->dims.max_unit_tokens : INT32_MAX;
     int32_t n_unit = 0;
     memset(d->n_units, 0, sizeof *d->n_units * (size_t)d->n_groups);
     for (int32_t e = 0; e < E; e++) {
         int32_t start = e ? d->count[e - 1] : 0, end = d->count[e];
-        int32_t g = owner[e];
         for (int32_t c = start, n; c < end; c += n) {
             n = end - c < chunk ? end - c : chunk;
             for (int32_t s = 0; s < S; s++) {
+                int32_t g = owner[(size_t)e * (size_t)PS + (size_t)(PS > 1 ? s : 0)];
                 d->units[n_unit] = (unit){e, s, c, n};
                 d->group_units[(size_t)g * per_group + (size_t)d->n_units[g]++] = n_unit++;
             }

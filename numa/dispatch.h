@@ -3,7 +3,8 @@
  * Promise: epyq_moe_dispatch_run() takes the router's top-k choice for a batch of tokens
  * (expert ids and weights, [n_tokens][top_k]), groups the tokens of each expert, gives every
  * (expert, intermediate slice, token chunk) "unit" to the pool of the plan group that holds
- * the expert, runs all groups at once (the calling thread drives group 0 and starts the
+ * the expert (or that slice of it, when the plan places slices: its n_slices must then be the
+ * dispatch's), runs all groups at once (the calling thread drives group 0 and starts the
  * others), and then sums the units' output rows into y in a fixed order: for each token,
  * its top-k slots in router order, and within a slot the slices in ascending order. Each unit
  * writes its own rows, so y is bit-identical whatever the number of nodes, groups and
@@ -48,7 +49,7 @@ typedef struct {
 
 typedef struct epyq_moe_dispatch epyq_moe_dispatch;
 
-/* rt's pools run the work; rt->plan says which group holds each (layer, expert). */
+/* rt's pools run the work; rt->plan says which group holds each (layer, expert[, slice]). */
 epyq_status epyq_moe_dispatch_create(epyq_moe_dispatch **out, const epyq_numa_rt *rt, const epyq_moe_dims *dims,
                                      epyq_err *err);
 void epyq_moe_dispatch_free(epyq_moe_dispatch *d);

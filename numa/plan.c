@@ -56,6 +56,13 @@ static epyq_status check_model(const epyq_numa_model *m, epyq_err *err) {
                             "numa plan: model %s has %d layers x %d experts, top-%d; expected >= 1 layer, "
                             "1..32767 experts and 1 <= top_k <= experts",
                             m->name ? m->name : "?", (int)m->n_layers, (int)m->n_experts, (int)m->top_k);
+    if (m->n_slices < 0 || m->n_slices > 64 ||
+        (m->n_slices > 1 && m->expert_bytes % (uint64_t)m->n_slices))
+        return epyq_err_set(
+            err, EPYQ_E_ARG,
+            "numa plan: model %s: %d slices per expert of %llu bytes; expected 0..64 slices "
+            "that divide the expert's bytes",
+            m->name ? m->name : "?", (int)m->n_slices, (unsigned long long)m->expert_bytes);
     size_t n, bytes;
     if (!epyq_mul_size((size_t)m->n_layers, (size_t)m->n_experts, &n) ||
         !epyq_mul_size(n, (size_t)m->expert_bytes, &bytes) || !epyq_add_size(bytes, (size_t)m->dense_bytes, &bytes))
@@ -281,13 +288,20 @@ static double expert_freq(const epyq_numa_model *m, int32_t layer, int32_t e) {
     return (double)m->top_k / (double)m->n_experts;
 }
 
-/* Experts, heaviest first within each layer, each to the group furthest behind its share of
- * expert count (integer math: share = threads_g / threads_total); ties go to the group with
- * the least traffic in this layer per thread, then the lower index. With uniform traffic and
- * equal groups this is a round robin that carries on across layers, so totals differ by at
- * most one expert and every layer is spread evenly. */
+/* Slices per expert (1: whole experts) and the bytes of one. */
+static int32_t slices_of(const epyq_numa_model *m) { return m->n_slices > 1 ? m->n_slices : 1; }
+static uint64_t part_bytes(const epyq_numa_model *m) {
+    return m->expert_bytes / (uint64_t)slices_of(m);
+}
+
+/* Experts, heaviest first within each layer, and each expert's slices in order, each to the
+ * group furthest behind its share of slice count (integer math: share = threads_g /
+ * threads_total); ties go to the group with the least traffic in this layer per thread, then
+ * the lower index. With uniform traffic and equal groups this is a round robin that carries
+ * on across experts and layers, so totals differ by at most one slice, every layer is spread
+ * evenly, and with as many slices as groups (or a multiple) every expert is cut evenly. */
 static epyq_status assign_experts(epyq_numa_plan *p, const epyq_numa_model *m, epyq_err *err) {
-    int32_t n = p->n_groups, ne = m->n_experts;
+    int32_t n = p->n_groups, ne = m->n_experts, S = slices_of(m);
     int64_t *count = calloc((size_t)n, sizeof *count);
     double *layer_traffic = calloc((size_t)n, sizeof *layer_traffic);
     int32_t *order = malloc(sizeof *order * (size_t)ne);
@@ -310,8 +324,8 @@ static epyq_status assign_experts(epyq_numa_plan *p, const epyq_numa_model *m, e
                 }
         }
         for (int32_t g = 0; g < n; g++) layer_traffic[g] = 0.0;
-        for (int32_t k = 0; k < ne; k++) {
-            int32_t e = order[k];
+        for (int32_t k = 0; k < ne * S; k++) {
+            int32_t e = order[k / S], s = k % S;
             int32_t best = -1;
             int64_t best_def = 0;
             for (int32_t g = 0; g < n; g++) {
@@ -325,10 +339,11 @@ static epyq_status assign_experts(epyq_numa_plan *p, const epyq_numa_model *m, e
                     best_def = def;
                 }
             }
-            p->expert_group[(size_t)l * (size_t)ne + (size_t)e] = (int16_t)best;
+            p->expert_group[((size_t)l * (size_t)ne + (size_t)e) * (size_t)S + (size_t)s] =
+                (int16_t)best;
             count[best]++;
             total++;
-            layer_traffic[best] += expert_freq(m, l, e);
+            layer_traffic[best] += expert_freq(m, l, e) / S;
         }
     }
     free(count);
@@ -338,18 +353,25 @@ static epyq_status assign_experts(epyq_numa_plan *p, const epyq_numa_model *m, e
 }
 
 static void tally(epyq_numa_plan *p, const epyq_numa_model *m) {
+    const int32_t S = slices_of(m);
     for (int32_t g = 0; g < p->n_groups; g++) {
-        p->groups[g].n_experts = 0;
+        p->groups[g].n_parts = 0;
         p->groups[g].expert_bytes = 0;
         p->groups[g].traffic = 0.0;
     }
     for (int32_t l = 0; l < m->n_layers; l++)
-        for (int32_t e = 0; e < m->n_experts; e++) {
-            epyq_numa_group *g = &p->groups[p->expert_group[(size_t)l * (size_t)m->n_experts + (size_t)e]];
-            g->n_experts++;
-            g->expert_bytes += m->expert_bytes;
-            g->traffic += expert_freq(m, l, e) * (double)m->expert_bytes;
-        }
+        for (int32_t e = 0; e < m->n_experts; e++)
+            for (int32_t s = 0; s < S; s++) {
+                epyq_numa_group *g =
+                    &p->groups[p->expert_group[((size_t)l * (size_t)m->n_experts + (size_t)e) *
+                                                   (size_t)S +
+                                               (size_t)s]];
+                g->n_parts++;
+                g->expert_bytes += part_bytes(m);
+                g->traffic += expert_freq(m, l, e) * (double)part_bytes(m);
+            }
+    for (int32_t g = 0; g < p->n_groups; g++)
+        p->groups[g].n_experts = (int32_t)(p->groups[g].n_parts / S);
 }
 
 static uint64_t need_of(const epyq_numa_group *g) { return g->expert_bytes + g->dense_bytes; }
@@ -382,41 +404,44 @@ static epyq_status check_memory(epyq_numa_plan *p, const epyq_numa_model *m, boo
                                          : "; use --numa-fallback, more nodes, or less -t/--nodes restriction");
         }
         int64_t moved = 0;
-        for (int32_t l = m->n_layers - 1; l >= 0 && need_of(gr) > gr->capacity; l--)
-            for (int32_t e = m->n_experts - 1; e >= 0 && need_of(gr) > gr->capacity; e--) {
-                int16_t *slot = &p->expert_group[(size_t)l * (size_t)m->n_experts + (size_t)e];
-                if (*slot != g) continue;
-                int32_t dest = -1;
-                uint64_t room = 0;
-                for (int32_t h = 0; h < p->n_groups; h++) {
-                    uint64_t need = need_of(&p->groups[h]);
-                    uint64_t free_h = p->groups[h].capacity > need ? p->groups[h].capacity - need : 0;
-                    if (h != g && free_h >= m->expert_bytes && free_h > room) {
-                        dest = h;
-                        room = free_h;
-                    }
+        const int64_t parts = (int64_t)m->n_layers * m->n_experts * slices_of(m);
+        const uint64_t pb = part_bytes(m);
+        for (int64_t i = parts - 1; i >= 0 && need_of(gr) > gr->capacity; i--) {
+            /* the last layer's slices first */
+            int16_t *slot = &p->expert_group[i];
+            if (*slot != g) continue;
+            int32_t dest = -1;
+            uint64_t room = 0;
+            for (int32_t h = 0; h < p->n_groups; h++) {
+                uint64_t need = need_of(&p->groups[h]);
+                uint64_t free_h = p->groups[h].capacity > need ? p->groups[h].capacity - need : 0;
+                if (h != g && free_h >= pb && free_h > room) {
+                    dest = h;
+                    room = free_h;
                 }
-                if (dest < 0) {
-                    uint64_t total_need = 0, total_cap = 0;
-                    for (int32_t h = 0; h < p->n_groups; h++) {
-                        total_need += need_of(&p->groups[h]);
-                        total_cap += p->groups[h].capacity;
-                    }
-                    char b[3][32];
-                    return epyq_err_set(err, EPYQ_E_NOMEM,
-                                        "numa plan: the model needs %s but the %d node%s used have %s after reserves; "
-                                        "node %d is still %s short",
-                                        epyq_numa_size(total_need, b[0], 32), (int)p->n_groups,
-                                        p->n_groups == 1 ? "" : "s", epyq_numa_size(total_cap, b[1], 32),
-                                        (int)gr->node, epyq_numa_size(need_of(gr) - gr->capacity, b[2], 32));
-                }
-                *slot = (int16_t)dest;
-                gr->expert_bytes -= m->expert_bytes;
-                gr->n_experts--;
-                p->groups[dest].expert_bytes += m->expert_bytes;
-                p->groups[dest].n_experts++;
-                moved++;
             }
+            if (dest < 0) {
+                uint64_t total_need = 0, total_cap = 0;
+                for (int32_t h = 0; h < p->n_groups; h++) {
+                    total_need += need_of(&p->groups[h]);
+                    total_cap += p->groups[h].capacity;
+                }
+                char b[3][32];
+                return epyq_err_set(
+                    err, EPYQ_E_NOMEM,
+                    "numa plan: the model needs %s but the %d node%s used have %s after reserves; "
+                    "node %d is still %s short",
+                    epyq_numa_size(total_need, b[0], 32), (int)p->n_groups,
+                    p->n_groups == 1 ? "" : "s", epyq_numa_size(total_cap, b[1], 32), (int)gr->node,
+                    epyq_numa_size(need_of(gr) - gr->capacity, b[2], 32));
+            }
+            *slot = (int16_t)dest;
+            gr->expert_bytes -= pb;
+            gr->n_parts--;
+            p->groups[dest].expert_bytes += pb;
+            p->groups[dest].n_parts++;
+            moved++;
+        }
         p->fallback_used = true;
         add_note(p, "fallback: node %d lacked memory; experts moved to nodes with room", (int)gr->node);
         (void)moved;
@@ -439,6 +464,7 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
     p->asked = opts->mode;
     p->n_layers = model->n_layers;
     p->n_experts = model->n_experts;
+    p->n_slices = slices_of(model);
     p->model_bytes = model->expert_bytes * (uint64_t)model->n_layers * (uint64_t)model->n_experts + model->dense_bytes;
     snprintf(p->model_name, sizeof p->model_name, "%s", model->name ? model->name : "model");
 
@@ -508,7 +534,8 @@ epyq_status epyq_numa_plan_make(const epyq_topo *topo, const epyq_numa_model *mo
 
     p->n_groups = n_gb;
     p->groups = calloc((size_t)n_gb, sizeof *p->groups);
-    p->expert_group = malloc(sizeof *p->expert_group * (size_t)model->n_layers * (size_t)model->n_experts);
+    p->expert_group = malloc(sizeof *p->expert_group * (size_t)model->n_layers *
+                             (size_t)model->n_experts * (size_t)p->n_slices);
     if (!p->groups || !p->expert_group) {
         st = epyq_err_set(err, EPYQ_E_NOMEM, "numa plan: out of memory");
         goto fail;
@@ -621,7 +648,9 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
             "experts", h_exp, h_den, h_tot, h_cap, h_spl, h_cpy, "MiB/token", "dense MiB/t",
             "threads", "PUs");
     uint64_t te = 0, td = 0, ts = 0, tc = 0;
-    int64_t tn = 0;
+    int64_t tn = 0; /* slices held */
+    /* experts held, as a fraction where a node holds part of one (sliced placement) */
+    const int32_t S = p->n_slices > 1 ? p->n_slices : 1;
     double tt = 0.0, tdt = 0.0;
     for (int32_t g = 0; g < p->n_groups; g++) {
         const epyq_numa_group *gr = &p->groups[g];
@@ -638,30 +667,37 @@ void epyq_numa_plan_print(FILE *f, const epyq_numa_plan *p) {
         if (gr->capacity == UINT64_MAX) snprintf(cap, sizeof cap, "not given");
         else snprintf(cap, sizeof cap, "%.2f", (double)gr->capacity / unit);
         fprintf(f,
-                "%5s %4s %8d %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d  %s%s%s\n",
-                node, os, (int)gr->n_experts, (double)gr->expert_bytes / unit,
-                (double)gr->dense_bytes / unit, (double)(gr->expert_bytes + gr->dense_bytes) / unit,
-                cap, (double)gr->dense_split / unit, (double)gr->dense_copy / unit,
+                "%5s %4s %8.*f %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d  %s%s%s\n",
+                node, os, gr->n_parts % S ? 2 : 0, (double)gr->n_parts / S,
+                (double)gr->expert_bytes / unit, (double)gr->dense_bytes / unit,
+                (double)(gr->expert_bytes + gr->dense_bytes) / unit, cap,
+                (double)gr->dense_split / unit, (double)gr->dense_copy / unit,
                 gr->traffic / (1024.0 * 1024.0), gr->dense_traffic / (1024.0 * 1024.0),
                 (int)gr->n_threads, pus, gr->note[0] ? "  " : "", gr->note);
         te += gr->expert_bytes;
         td += gr->dense_bytes;
         ts += gr->dense_split;
         tc += gr->dense_copy;
-        tn += gr->n_experts;
+        tn += gr->n_parts;
         tt += gr->traffic;
         tdt += gr->dense_traffic;
     }
-    fprintf(f, "%5s %4s %8lld %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d\n", "total",
-            "", (long long)tn, (double)te / unit, (double)td / unit, (double)(te + td) / unit, "",
-            (double)ts / unit, (double)tc / unit, tt / (1024.0 * 1024.0), tdt / (1024.0 * 1024.0),
-            (int)p->n_threads);
+    fprintf(f, "%5s %4s %8.*f %12.2f %10.2f %10.2f %13s %10.2f %12.2f %11.1f %11.1f %8d\n", "total",
+            "", tn % S ? 2 : 0, (double)tn / S, (double)te / unit, (double)td / unit,
+            (double)(te + td) / unit, "", (double)ts / unit, (double)tc / unit,
+            tt / (1024.0 * 1024.0), tdt / (1024.0 * 1024.0), (int)p->n_threads);
     fprintf(f, "dense weights: %s; memory %s\n",
             p->replicate_dense ? "one copy per node, each node computing its rows from its own"
             : p->n_groups > 1  ? "split by output rows, each node holding and computing its own"
                                : "on the node",
             p->bind_memory ? "bound to each node before first touch"
                            : "not bound by epyq (kernel/inherited policy)");
+    if (S > 1 && p->n_groups > 1)
+        fprintf(
+            f,
+            "routed experts: each cut into %d slices of its intermediate rows, the slices spread over the "
+            "nodes, so every node computes its share of every expert a token chooses\n",
+            (int)S);
     if (p->notes[0]) fprintf(f, "notes: %s\n", p->notes);
 }
 

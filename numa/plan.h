@@ -6,9 +6,11 @@
  *     with memory; a CPU-less memory node is left out, it cannot run its experts locally);
  *   - which PUs each group's pool gets (one per physical core, SMT siblings only when -t asks
  *     for more threads than cores);
- *   - which group holds each routed expert: each expert once, every group's share of expert
- *     bytes proportional to its threads (equal on symmetric machines) to within one expert over
- *     the whole model, and, within each layer, experts spread so expected traffic is even;
+ *   - which group holds each routed expert, or each slice of one (epyq_numa_model.n_slices):
+ *     each once, every group's share of expert bytes proportional to its threads (equal on
+ *     symmetric machines) to within one expert (slice) over the whole model, and, within each
+ *     layer, spread so expected traffic is even. Slices of one expert go round the groups, so
+ *     every node computes a share of every expert a token chooses;
  *   - dense weights cut by output rows, each group's share (proportional to its threads) on its
  *     node, or one whole copy per node (replicate-dense); either way a group reads only its own
  *     rows, so the table gives both options' bytes per node and the dense bytes per token;
@@ -32,7 +34,11 @@ typedef struct {
     int32_t n_layers;          /* MoE layers */
     int32_t n_experts;         /* routed experts per layer */
     int32_t top_k;             /* experts per token */
-    uint64_t expert_bytes;     /* bytes of one routed expert, packed as it will sit in memory */
+    uint64_t expert_bytes;     /* bytes of one routed expert, packed as it will sit in memory
+                                  (n_slices > 1: n_slices times the bytes of one slice) */
+    int32_t n_slices;          /* 0 or 1: whole experts are placed; k > 1: each expert is cut
+                                  into k slices of its intermediate rows (gate/up rows, the
+                                  matching down columns), each slice placed on its own */
     uint64_t dense_bytes;      /* all other weights: mixers, shared experts, router, norms, embedding, lm_head */
     uint64_t dense_token_bytes; /* dense bytes read per decoded token (one embedding row), 0 = unknown */
     const float *expert_freq;  /* [n_layers * n_experts] expected share of tokens routed to each
@@ -100,7 +106,8 @@ typedef struct {
     int32_t os_index;          /* OS node memory is bound to, -1 when the plan binds nothing */
     int32_t n_threads;
     int32_t *cpus;             /* [n_threads] OS cpu of each worker (worker 0 first) */
-    int32_t n_experts;         /* routed experts held, all layers */
+    int32_t n_experts;         /* routed experts held, all layers (whole ones: slices / n_slices) */
+    int64_t n_parts;           /* slices held (n_slices 1: experts) */
     uint64_t expert_bytes;     /* their bytes */
     uint64_t
         dense_bytes; /* dense bytes on this node in the plan's mode (dense_split or dense_copy) */
@@ -122,7 +129,9 @@ typedef struct {
     epyq_numa_group *groups;   /* [n_groups] */
     int32_t n_layers;
     int32_t n_experts;
-    int16_t *expert_group;     /* [n_layers * n_experts] group holding each routed expert */
+    int32_t n_slices;          /* slices per expert (1: whole experts) */
+    int16_t *expert_group;     /* [n_layers][n_experts][n_slices] group holding each slice of
+                                  each routed expert (n_slices 1: each whole expert) */
     int32_t n_threads;         /* sum over groups */
     bool bind_memory;          /* place.h binds each group's memory to its node */
     bool replicate_dense;

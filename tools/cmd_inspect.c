@@ -324,6 +324,7 @@ static int parse_args(opts *o, int argc, char **argv) {
 static int print_numa(const epyq_weights *w, const epyq_weights_stats *s, const opts *o) {
     epyq_numa_model m;
     epyq_numa_model_35b_a3b(&m, true);
+    m.n_slices = 4; /* as the runtime places them: 512 intermediate rows in slices of 128 */
     if (w) {
         /* Experts are the routed-expert linears; everything else resident is "dense". */
         const epyq_config *c = &w->cfg;
@@ -333,6 +334,13 @@ static int print_numa(const epyq_weights *w, const epyq_weights_stats *s, const 
                               .n_experts = c->num_experts, .top_k = c->num_experts_per_tok,
                               .expert_bytes = n ? experts / n : 0,
                               .dense_bytes = s->resident_bytes > experts ? s->resident_bytes - experts : 0};
+        /* the runtime's default slice of 128 intermediate rows; the plan wants bytes that the
+         * slice count divides (it pads each slice to its own slot anyway) */
+        int32_t slices = (c->moe_intermediate_size + 127) / 128;
+        if (slices > 1 && slices <= 64) {
+            m.n_slices = slices;
+            m.expert_bytes = (m.expert_bytes + (uint64_t)slices - 1) / (uint64_t)slices * (uint64_t)slices;
+        }
     }
     epyq_err err = {0};
     if (w) printf("\n");

@@ -1,6 +1,7 @@
 /* tests/unit/test_numa_dispatch.c — numa/dispatch.h: MoE output is bit-identical for 1, 2 and 4
  * logical nodes (--numa-split) and any chunking, equals a serial fixed-order reference, every
- * unit runs on the pool of the node that holds its expert, and bad router output is refused. */
+ * unit runs on the pool of the node that holds its expert (or its slice of the expert, when the
+ * plan places slices), and bad router output is refused. */
 #include <check.h>
 #include <dirent.h>
 #include <pthread.h>
@@ -47,7 +48,10 @@ static void synth_expert(void *ctx, const epyq_moe_unit *u, float *out, int32_t 
     (void)worker;
     synth *sy = ctx;
     atomic_fetch_add(&sy->units, 1);
-    if (sy->plan->expert_group[u->layer * EXPERTS + u->expert] != group) atomic_store(&sy->wrong_group, 1);
+    const epyq_numa_plan *p = sy->plan;
+    size_t at = (size_t)(u->layer * EXPERTS + u->expert) * (size_t)p->n_slices +
+                (size_t)(p->n_slices > 1 ? u->slice : 0);
+    if (p->expert_group[at] != group) atomic_store(&sy->wrong_group, 1);
     if (group > 0) {
         char name[32], want[32];
         pthread_getname_np(pthread_self(), name, sizeof name);
@@ -105,13 +109,19 @@ typedef struct {
     epyq_moe_dispatch *d;
 } setup;
 
-static setup make_setup(int32_t split, int32_t max_unit_tokens) {
+/* sliced: the plan places each expert's SLICES slices on their own (round the groups). */
+static setup make_setup_plan(int32_t split, int32_t max_unit_tokens, bool sliced) {
     setup su = {0};
     epyq_topo *t = NULL;
     epyq_err err = {0};
     ck_assert_msg(epyq_topo_load(&t, NULL, &err) == EPYQ_OK, "%s", err.msg);
-    epyq_numa_model m = {.name = "synthetic", .n_layers = LAYERS, .n_experts = EXPERTS, .top_k = TOPK,
-                         .expert_bytes = 4096, .dense_bytes = 4096};
+    epyq_numa_model m = {.name = "synthetic",
+                         .n_layers = LAYERS,
+                         .n_experts = EXPERTS,
+                         .top_k = TOPK,
+                         .expert_bytes = 4096 * SLICES,
+                         .n_slices = sliced ? SLICES : 0,
+                         .dense_bytes = 4096};
     epyq_numa_opts o;
     epyq_numa_opts_init(&o);
     o.split = split;
@@ -122,6 +132,10 @@ static setup make_setup(int32_t split, int32_t max_unit_tokens) {
                           .max_unit_tokens = max_unit_tokens};
     ck_assert_msg(epyq_moe_dispatch_create(&su.d, su.rt, &dims, &err) == EPYQ_OK, "%s", err.msg);
     return su;
+}
+
+static setup make_setup(int32_t split, int32_t max_unit_tokens) {
+    return make_setup_plan(split, max_unit_tokens, false);
 }
 
 static void free_setup(setup *su) {
@@ -140,41 +154,55 @@ START_TEST(test_bit_identical_across_splits) {
     int32_t ex[MAX_T * TOPK];
     float w[MAX_T * TOPK];
     for (int32_t i = 0; i < MAX_T * WIDTH; i++) y0[i] = (float)(i % 17) * 0.25f;
-    for (size_t si = 0; si < 3; si++)
-        for (size_t ci = 0; ci < 2; ci++) {
-            setup su = make_setup(splits[si], chunks[ci]);
-            ck_assert_int_eq(su.plan->n_groups, splits[si]);
-            sy.plan = su.plan;
-            uint32_t seed = 777; /* same routing for every configuration */
-            for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
-                for (int32_t layer = 0; layer < LAYERS; layer++) {
-                    int32_t T = batches[b];
-                    route(&seed, T, ex, w);
-                    bool acc = (layer + (int32_t)b) % 2 == 1;
-                    reference(&sy, layer, T, ex, w, acc ? y0 : NULL, want);
-                    memcpy(got, y0, sizeof got);
-                    epyq_err err = {0};
-                    ck_assert_msg(epyq_moe_dispatch_run(su.d, layer, T, ex, w, synth_expert, &sy, got, WIDTH, acc,
-                                                        &err) == EPYQ_OK, "%s", err.msg);
-                    ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)T * WIDTH) == 0,
-                                  "split %d chunk %d batch %d layer %d differs from the fixed-order sum",
-                                  (int)splits[si], (int)chunks[ci], (int)T, (int)layer);
-                    int32_t units = 0;
-                    for (int32_t g = 0; g < su.plan->n_groups; g++) units += epyq_moe_dispatch_units(su.d, g);
-                    int32_t want_units = 0;
-                    /* Count (expert, chunk) groups independently: distinct experts, chunked. */
-                    for (int32_t e = 0; e < EXPERTS; e++) {
-                        int32_t n = 0;
-                        for (int32_t i = 0; i < T * TOPK; i++) n += ex[i] == e;
-                        int32_t ch = chunks[ci] ? chunks[ci] : MAX_T * TOPK;
-                        want_units += (n + ch - 1) / ch * SLICES;
+    for (int sliced = 0; sliced < 2; sliced++)
+        for (size_t si = 0; si < 3; si++)
+            for (size_t ci = 0; ci < 2; ci++) {
+                setup su = make_setup_plan(splits[si], chunks[ci], sliced);
+                ck_assert_int_eq(su.plan->n_slices, sliced ? SLICES : 1);
+                ck_assert_int_eq(su.plan->n_groups, splits[si]);
+                sy.plan = su.plan;
+                uint32_t seed = 777; /* same routing for every configuration */
+                for (size_t b = 0; b < sizeof batches / sizeof batches[0]; b++)
+                    for (int32_t layer = 0; layer < LAYERS; layer++) {
+                        int32_t T = batches[b];
+                        route(&seed, T, ex, w);
+                        bool acc = (layer + (int32_t)b) % 2 == 1;
+                        reference(&sy, layer, T, ex, w, acc ? y0 : NULL, want);
+                        memcpy(got, y0, sizeof got);
+                        epyq_err err = {0};
+                        ck_assert_msg(epyq_moe_dispatch_run(su.d, layer, T, ex, w, synth_expert,
+                                                            &sy, got, WIDTH, acc, &err) == EPYQ_OK,
+                                      "%s", err.msg);
+                        ck_assert_msg(
+                            memcmp(got, want, sizeof(float) * (size_t)T * WIDTH) == 0,
+                            "split %d chunk %d batch %d layer %d differs from the fixed-order sum",
+                            (int)splits[si], (int)chunks[ci], (int)T, (int)layer);
+                        int32_t units = 0;
+                        for (int32_t g = 0; g < su.plan->n_groups; g++)
+                            units += epyq_moe_dispatch_units(su.d, g);
+                        int32_t want_units = 0;
+                        /* Count (expert, chunk) groups independently: distinct experts, chunked. */
+                        for (int32_t e = 0; e < EXPERTS; e++) {
+                            int32_t n = 0;
+                            for (int32_t i = 0; i < T * TOPK; i++) n += ex[i] == e;
+                            int32_t ch = chunks[ci] ? chunks[ci] : MAX_T * TOPK;
+                            want_units += (n + ch - 1) / ch * SLICES;
+                        }
+                        ck_assert_int_eq(units, want_units);
+                        /* sliced over 2 or 4 groups: an expert's slices run on different groups, so
+                         * a single token's work reaches every group that holds one of its slices */
+                        if (sliced && T == 1 && !chunks[ci]) {
+                            int32_t busy = 0;
+                            for (int32_t g = 0; g < su.plan->n_groups; g++)
+                                busy += epyq_moe_dispatch_units(su.d, g) > 0;
+                            ck_assert_int_ge(busy, su.plan->n_groups < SLICES ? su.plan->n_groups
+                                                                              : SLICES);
+                        }
                     }
-                    ck_assert_int_eq(units, want_units);
-                }
-            ck_assert_int_eq(atomic_load(&sy.wrong_group), 0);
-            ck_assert_int_eq(atomic_load(&sy.wrong_thread), 0);
-            free_setup(&su);
-        }
+                ck_assert_int_eq(atomic_load(&sy.wrong_group), 0);
+                ck_assert_int_eq(atomic_load(&sy.wrong_thread), 0);
+                free_setup(&su);
+            }
     free(sy.down);
     free(sy.x);
 }
@@ -223,6 +251,14 @@ START_TEST(test_bad_router_output) {
     epyq_moe_dispatch *d = NULL;
     epyq_moe_dims bad = {.max_tokens = 4, .top_k = EXPERTS + 1, .n_slices = 1, .width = 8};
     ck_assert_int_eq(epyq_moe_dispatch_create(&d, su.rt, &bad, &err), EPYQ_E_ARG);
+    ck_assert_ptr_null(d);
+    free_setup(&su);
+    /* A plan that places 3 slices per expert cannot serve a dispatch cutting 2. */
+    su = make_setup_plan(2, 0, true);
+    epyq_moe_dims two = {.max_tokens = 4, .top_k = TOPK, .n_slices = 2, .width = 8};
+    ck_assert_int_eq(epyq_moe_dispatch_create(&d, su.rt, &two, &err), EPYQ_E_ARG);
+    ck_assert_msg(strstr(err.msg, "the plan places 3 slices per expert, the dispatch runs 2"), "%s",
+                  err.msg);
     ck_assert_ptr_null(d);
     free_setup(&su);
     free(sy.down);

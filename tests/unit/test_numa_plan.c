@@ -467,6 +467,98 @@ START_TEST(test_replicate_memory_refused) {
 }
 END_TEST
 
+/* Experts cut into 4 slices (the runtime's split placement): on 2, 3 and 8 nodes every expert's
+ * slices land on distinct nodes as far as the node count allows, so a token's chosen experts
+ * are computed by every node; totals differ by at most one slice; a fallback moves slices. */
+static int16_t slice_group(const epyq_numa_plan *p, int32_t l, int32_t e, int32_t s) {
+    return p->expert_group[((size_t)l * (size_t)p->n_experts + (size_t)e) * (size_t)p->n_slices +
+                           (size_t)s];
+}
+
+START_TEST(test_plan_slices) {
+    epyq_numa_model m;
+    epyq_numa_model_35b_a3b(&m, true);
+    m.n_slices = 4;
+    epyq_numa_opts o;
+    epyq_numa_opts_init(&o);
+    o.mode = EPYQ_NUMA_DISTRIBUTE;
+    const char *topos[] = {"pack:2 numa:1(memory=64GiB) core:4 pu:1",
+                           "pack:1 numa:3(memory=64GiB) core:4 pu:1", NPS4};
+    const int32_t groups[] = {2, 3, 8};
+    for (int32_t ti = 0; ti < 3; ti++) {
+        epyq_topo *t = load(topos[ti]);
+        epyq_numa_plan *p = plan(t, &m, &o);
+        const int32_t G = groups[ti];
+        ck_assert_int_eq(p->n_groups, G);
+        ck_assert_int_eq(p->n_slices, 4);
+        int64_t parts[8] = {0};
+        for (int32_t l = 0; l < 40; l++)
+            for (int32_t e = 0; e < 256; e++) {
+                int32_t seen[8] = {0}, distinct = 0;
+                for (int32_t s = 0; s < 4; s++) {
+                    int16_t g = slice_group(p, l, e, s);
+                    ck_assert(g >= 0 && g < G);
+                    parts[g]++;
+                    distinct += !seen[g]++;
+                }
+                ck_assert_msg(distinct == (G < 4 ? G : 4),
+                              "%d groups: layer %d expert %d on %d nodes", G, l, e, distinct);
+            }
+        int64_t lo = parts[0], hi = parts[0], sum = 0;
+        uint64_t bytes = 0;
+        for (int32_t g = 0; g < G; g++) {
+            lo = parts[g] < lo ? parts[g] : lo;
+            hi = parts[g] > hi ? parts[g] : hi;
+            sum += parts[g];
+            ck_assert_int_eq(p->groups[g].n_parts, parts[g]);
+            ck_assert_int_eq(p->groups[g].n_experts, parts[g] / 4);
+            ck_assert_uint_eq(p->groups[g].expert_bytes, (uint64_t)parts[g] * (m.expert_bytes / 4));
+            bytes += p->groups[g].expert_bytes;
+        }
+        ck_assert_int_le(hi - lo, 1);
+        ck_assert_int_eq(sum, 40 * 256 * 4);
+        ck_assert_uint_eq(bytes, m.expert_bytes * 40 * 256);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        epyq_numa_plan_print(f, p);
+        fclose(f);
+        ck_assert_msg(strstr(text, "each cut into 4 slices"), "%s", text);
+        /* 3 nodes hold 13654, 13653, 13653 slices: quarters of experts, shown as such */
+        if (G == 3) ck_assert_msg(strstr(text, "3413.50") && strstr(text, "3413.25"), "%s", text);
+        if (G == 2) ck_assert_msg(strstr(text, " 5120 ") && strstr(text, "10240"), "%s", text);
+        free(text);
+        epyq_numa_plan_free(p);
+        epyq_topo_free(t);
+    }
+
+    /* A node short of memory gives up slices, not whole experts, and the plan still adds up. */
+    epyq_topo *t = load(xml_path("asymmetric-2node.xml"));
+    epyq_numa_model big = m;
+    big.expert_bytes *= 13;
+    o.fallback = true;
+    epyq_numa_plan *p = plan(t, &big, &o);
+    ck_assert(p->fallback_used);
+    check_no_node_over_memory(p);
+    ck_assert_int_eq(p->groups[0].n_parts + p->groups[1].n_parts, 40 * 256 * 4);
+    ck_assert_uint_eq(p->groups[0].expert_bytes + p->groups[1].expert_bytes,
+                      big.expert_bytes * 40 * 256);
+    epyq_numa_plan_free(p);
+    epyq_topo_free(t);
+
+    /* Slices must cut the expert's bytes evenly, and there are at most 64. */
+    t = load("pack:2 numa:1(memory=64GiB) core:4 pu:1");
+    epyq_err err = {0};
+    epyq_numa_model bad = m;
+    bad.n_slices = 5;
+    ck_assert_int_eq(plan_err(t, &bad, &o, &err), EPYQ_E_ARG);
+    ck_assert_msg(strstr(err.msg, "5 slices per expert of 1622016 bytes"), "%s", err.msg);
+    bad.n_slices = 65;
+    ck_assert_int_eq(plan_err(t, &bad, &o, &err), EPYQ_E_ARG);
+    epyq_topo_free(t);
+}
+END_TEST
+
 START_TEST(test_opts_parse_and_env) {
     epyq_numa_opts o;
     epyq_numa_opts_init(&o);
@@ -641,7 +733,7 @@ static Suite *plan_suite(void) {
                    test_plan_asymmetric_memoryless_cpuless, test_plan_modes,
                    test_plan_split_this_machine, test_plan_impossible_requests,
                    test_plan_memory_checks, test_plan_small_nodes, test_replicate_memory_refused,
-                   test_opts_parse_and_env, test_inspect_numa_cli);
+                   test_plan_slices, test_opts_parse_and_env, test_inspect_numa_cli);
     return s;
 }
 
