@@ -33,9 +33,12 @@ struct epyq_model_numa {
     int32_t n_groups;
     int32_t n_layers;    /* trunk layers, + 1 for the MTP layer when loaded with int4 experts */
     int32_t slice;       /* intermediate rows per unit (multiple of the int4 group size) */
+    int32_t n_slices;    /* slices per expert: ceil(I / slice), each placed on its plan group */
+    epyq_w4 *eslices;    /* [n_layers][E][n_slices][3] each slice's gate rows, up rows and down
+                            columns (epyq_w4_view / epyq_w4_cols copies) in its group's buffer */
     char name[64];       /* the model as the placement table names it */
-    epyq_numa_buf *bufs; /* [n_groups] the routed experts of each group, all layers */
-    size_t *used;        /* [n_groups] bytes of bufs[g] holding experts */
+    epyq_numa_buf *bufs; /* [n_groups] the routed expert slices of each group, all layers */
+    size_t *used;        /* [n_groups] bytes of bufs[g] holding them */
     bool *bufs_local;    /* [n_groups] bufs[g] verified on g's node */
     /* dense linears (numa_dense.c) */
     int32_t n_dense;

@@ -1,14 +1,22 @@
-/* src/model/numa_moe.c — routed experts on their plan group's node, and the MoE dispatch
+/* src/model/numa_moe.c — routed experts on their plan groups' nodes, and the MoE dispatch
  * that runs them there (see numa_moe.h).
+ *
+ * Every expert is cut into slices of its intermediate rows (n->slice, 128 by default: 4 per
+ * 35b expert), and the plan places each slice on one group, going round the groups, so every
+ * node computes its share of every expert a token chooses: with whole experts per node, one
+ * token's 8 experts fell 5 to 3 on two nodes as often as not, and the busier node set the pace.
+ * A slice is the rows [i0, i1) of gate and up and the same columns of down; its result is what
+ * the fused kernel gives over [i0, i1) of the whole expert (kern.h epyq_w4_cols), and the
+ * dispatch sums the slices in a fixed order, so the output does not depend on the placement.
  *
  * Loading: model.c packs only expert 0 of each layer (it fixes the int4 group size and shows
  * the experts' kind) when a NUMA mode is on. Here every group gets one node-bound buffer for
- * all of its experts, sized before anything is touched; the group's pinned workers then pack
- * its experts (epyq_rlin_load, the same conversion as the single-pool path) and copy the
- * packed bytes into their slots, so each page is first written on its node and, bound with
- * MPOL_BIND, cannot land anywhere else. The dense linears (projections, router, shared expert,
- * lm_head, MTP fc) are then split by rows over the groups' nodes, or copied to each
- * (numa_dense.c). */
+ * all of its slices, sized before anything is touched; the workers of the group holding an
+ * expert's first slice then pack it (epyq_rlin_load_expert, the same conversion as the
+ * single-pool path) and copy each slice into its slot, so each page is first written after its
+ * buffer was bound (MPOL_BIND: it cannot land on another node, whichever node's worker writes
+ * it). The dense linears (projections, router, shared expert, lm_head, MTP fc) are then split
+ * by rows over the groups' nodes, or copied to each (numa_dense.c). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,16 +38,33 @@ static const epyq_moe_w *layer_w(const epyq_model *m, int32_t l) {
     return l < m->d.L ? &m->w->layers[l].moe : &m->w->mtp.layer.moe;
 }
 
-/* Packed bytes of one linear, the most its packing can take (asymmetric only when the
- * scheme has zero points), rounded to the kernels' 64-byte alignment. */
-static size_t slot_bytes(const epyq_linear *src) {
-    size_t b = epyq_w4_pack_bytes((int32_t)src->n_out, (int32_t)src->n_in, src->scheme.group_size,
-                                  src->scheme.sym ? 0 : 1);
+/* Bytes of one slot of an n x k int4 matrix of src's scheme, the most its packing can take
+ * (asymmetric only when the scheme has zero points), rounded to the kernels' 64-byte alignment. */
+static size_t slot_bytes(const epyq_linear *src, int32_t n, int32_t k) {
+    size_t b = epyq_w4_pack_bytes(n, k, src->scheme.group_size, src->scheme.sym ? 0 : 1);
     return (b + 63) & ~(size_t)63;
 }
 
-static size_t expert_slot_bytes(const epyq_moe_w *mw, int32_t e) {
-    return slot_bytes(&mw->gate[e]) + slot_bytes(&mw->up[e]) + slot_bytes(&mw->down[e]);
+/* Intermediate rows [i0, i1) of slice s. */
+static void slice_rows(const epyq_model_numa *n, int32_t I, int32_t s, int32_t *i0, int32_t *i1) {
+    *i0 = s * n->slice;
+    *i1 = *i0 + n->slice < I ? *i0 + n->slice : I;
+}
+
+/* Bytes of slice s of expert e in its group's buffer: gate and up rows, down columns. */
+static size_t slice_slot_bytes(const epyq_model_numa *n, const epyq_moe_w *mw, int32_t e,
+                               int32_t s) {
+    int32_t i0, i1;
+    slice_rows(n, (int32_t)mw->gate[e].n_out, s, &i0, &i1);
+    const int32_t H = (int32_t)mw->gate[e].n_in;
+    return slot_bytes(&mw->gate[e], i1 - i0, H) + slot_bytes(&mw->up[e], i1 - i0, H) +
+           slot_bytes(&mw->down[e], (int32_t)mw->down[e].n_out, i1 - i0);
+}
+
+/* The placed matrices of slice s of plan layer l's expert e: gate rows, up rows, down columns. */
+static const epyq_w4 *slice_w(const epyq_model_numa *n, int32_t E, int32_t l, int32_t e,
+                              int32_t s) {
+    return n->eslices + (((size_t)l * (size_t)E + (size_t)e) * (size_t)n->n_slices + (size_t)s) * 3;
 }
 
 int32_t epyq_model_numa_groups(const epyq_model *m) { return m->numa ? m->numa->n_groups : 0; }
@@ -55,31 +80,16 @@ int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw) {
     return -1;
 }
 
-static bool placed(const epyq_model_numa *n, const void *p) {
-    for (int32_t g = 0; p && g < n->n_groups; g++) {
-        const uint8_t *b = n->bufs[g].ptr;
-        if (b && (const uint8_t *)p >= b && (const uint8_t *)p < b + n->bufs[g].len) return true;
-    }
-    return false;
-}
-
 void epyq_model_numa_free(epyq_model *m) {
     epyq_model_numa *n = m->numa;
     if (!n) return;
-    /* placed experts' memory belongs to the buffers, not to the rlins (after a failed load
-     * some experts may still own heap memory: those are left to layer_free) */
-    for (int32_t l = 0; n->bufs && l < n->n_layers; l++) {
-        epyq_moe_rw *mr = layer_rw(m, l);
-        for (int32_t e = 0; mr->gate && e < m->d.E; e++) {
-            epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
-            for (int32_t i = 0; i < 3; i++)
-                if (placed(n, lin[i]->w4.mem)) free(lin[i]->perm), memset(lin[i], 0, sizeof *lin[i]);
-        }
-    }
+    /* the slices' memory belongs to the buffers; the experts' rlins keep only their shapes and
+     * act-order permutations (after a failed load some may still own heap memory), which
+     * layer_free releases */
     epyq_numa_dense_free(m);
     epyq_numa_heads_free(m);
     for (int32_t g = 0; n->bufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->bufs[g]);
-    free(n->bufs), free(n->used), free(n->bufs_local), free(n->reads);
+    free(n->bufs), free(n->used), free(n->bufs_local), free(n->reads), free(n->eslices);
     epyq_moe_dispatch_free(n->disp);
     epyq_numa_setup_free(n->setup);
     free(n);
@@ -90,18 +100,37 @@ void epyq_model_numa_free(epyq_model *m) {
 
 typedef struct {
     epyq_model *m;
-    const int32_t *list;     /* [n] plan index l * E + e of each expert of the group */
-    const size_t *off;       /* [n_layers * E] byte offset of each expert in its group's buffer */
-    uint8_t *base;           /* the group's buffer */
+    const int32_t *list; /* [n] plan index l * E + e of each expert the group packs */
+    const size_t
+        *off; /* [n_layers * E * n_slices] byte offset of each slice in its group's buffer */
+    uint8_t *const *base;    /* [n_groups] each group's buffer */
     epyq_err *errs;          /* [n_layers * E] */
 } pack_job;
 
-/* Move one packed linear into its slot; the heap copy is freed. */
-static void place_lin(epyq_rlin *r, uint8_t *slot) {
-    size_t b = epyq_w4_pack_bytes(r->w4.n, r->w4.k, r->w4.gs, r->w4.asym);
-    memcpy(slot, r->w4.mem, b);
-    free(r->w4.mem);
-    r->w4.mem = slot;
+/* Copy the slices of one packed expert into their slots, then release the heap copy. */
+static void place_slices(epyq_model *m, const pack_job *j, int32_t id, epyq_rlin *lin[3]) {
+    epyq_model_numa *n = m->numa;
+    const int32_t S = n->n_slices, l = id / m->d.E, e = id % m->d.E;
+    for (int32_t s = 0; s < S; s++) {
+        const size_t part = (size_t)id * (size_t)S + (size_t)s;
+        uint8_t *slot = j->base[n->setup->plan->expert_group[part]] + j->off[part];
+        epyq_w4 *w = (epyq_w4 *)slice_w(n, m->d.E, l, e, s);
+        int32_t i0, i1;
+        slice_rows(n, lin[0]->n, s, &i0, &i1);
+        for (int32_t i = 0; i < 2; i++) { /* gate and up: whole 16-row tiles, one run each */
+            epyq_w4 v;
+            epyq_w4_view(&lin[i]->w4, i0, i1, &v);
+            memcpy(slot, v.mem, v.bytes);
+            w[i] = v;
+            w[i].mem = slot;
+            slot += (v.bytes + 63) & ~(size_t)63;
+        }
+        epyq_w4_cols(&lin[2]->w4, i0 / lin[2]->w4.gs, i1 / lin[2]->w4.gs, slot, &w[2]);
+    }
+    for (int32_t i = 0; i < 3; i++) {
+        epyq_wmem_release(m->wmem, lin[i]->w4.mem);
+        lin[i]->w4.mem = NULL; /* shape, bytes and permutation stay */
+    }
 }
 
 static void pack_task(void *ctx, int32_t task, int32_t worker) {
@@ -119,17 +148,15 @@ static void pack_task(void *ctx, int32_t task, int32_t worker) {
             return;
     }
     epyq_rlin *lin[3] = {&mr->gate[e], &mr->up[e], &mr->down[e]};
-    const epyq_linear *src[3] = {&mw->gate[e], &mw->up[e], &mw->down[e]};
-    if (!lin[0]->q4 || !lin[1]->q4 || !lin[2]->q4 || lin[1]->n != lin[0]->n || lin[2]->k != lin[0]->n) {
-        epyq_err_set(err, EPYQ_E_UNSUPPORTED, "%s: NUMA placement needs int4 gate/up/down of one intermediate size",
-                     mw->gate[e].module);
+    if (!lin[0]->q4 || !lin[1]->q4 || !lin[2]->q4 || lin[1]->n != lin[0]->n ||
+        lin[2]->k != lin[0]->n || lin[0]->n != m->d.I || lin[2]->w4.gs != lin[0]->w4.gs) {
+        epyq_err_set(err, EPYQ_E_UNSUPPORTED,
+                     "%s: NUMA placement needs int4 gate/up/down of one group size and the model's "
+                     "intermediate size %d, got %d",
+                     mw->gate[e].module, (int)m->d.I, (int)lin[0]->n);
         return;
     }
-    uint8_t *slot = j->base + j->off[id];
-    for (int32_t i = 0; i < 3; i++) {
-        place_lin(lin[i], slot);
-        slot += slot_bytes(src[i]);
-    }
+    place_slices(m, j, id, lin);
 }
 
 static void pack_start(epyq_pool *p, bool driver, pack_job *j, int32_t n) {
@@ -138,35 +165,44 @@ static void pack_start(epyq_pool *p, bool driver, pack_job *j, int32_t n) {
     else epyq_pool_start(p, pack_task, j, n);
 }
 
-/* Size, allocate (bound) and fill every group's expert buffer. */
+/* Size, allocate (bound) and fill every group's slice buffer. */
 static epyq_status place_experts(epyq_model *m, epyq_err *err) {
     epyq_model_numa *n = m->numa;
     const epyq_numa_plan *plan = n->setup->plan;
-    const int32_t G = n->n_groups, E = m->d.E;
-    const size_t ids = (size_t)n->n_layers * (size_t)E;
-    size_t *off = malloc(ids * sizeof *off);
+    const int32_t G = n->n_groups, E = m->d.E, S = n->n_slices;
+    const size_t ids = (size_t)n->n_layers * (size_t)E, parts = ids * (size_t)S;
+    size_t *off = malloc(parts * sizeof *off);
     int32_t *list = malloc(ids * sizeof *list), *count = calloc((size_t)G + 1, sizeof *count);
     epyq_err *errs = calloc(ids, sizeof *errs);
     pack_job *jobs = calloc((size_t)G, sizeof *jobs);
+    uint8_t **base = calloc((size_t)G, sizeof *base);
     n->bufs = calloc((size_t)G, sizeof *n->bufs);
     n->used = calloc((size_t)G, sizeof *n->used);
-    epyq_status st = off && list && count && errs && jobs && n->bufs && n->used
-                         ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts: out of memory");
+    n->eslices = calloc(parts * 3, sizeof *n->eslices);
+    epyq_status st =
+        off && list && count && errs && jobs && base && n->bufs && n->used && n->eslices
+            ? EPYQ_OK
+            : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts: out of memory");
     if (st != EPYQ_OK) goto done;
-    /* offsets inside each group's buffer, and each group's experts as one list (counting sort) */
-    for (size_t id = 0; id < ids; id++) {
-        int32_t g = plan->expert_group[id];
-        off[id] = n->used[g];
-        size_t b = expert_slot_bytes(layer_w(m, (int32_t)(id / (size_t)E)), (int32_t)(id % (size_t)E));
+    /* offsets inside each group's buffer */
+    for (size_t part = 0; part < parts; part++) {
+        int32_t g = plan->expert_group[part];
+        off[part] = n->used[g];
+        size_t id = part / (size_t)S;
+        size_t b = slice_slot_bytes(n, layer_w(m, (int32_t)(id / (size_t)E)),
+                                    (int32_t)(id % (size_t)E), (int32_t)(part % (size_t)S));
         if (!epyq_add_size(n->used[g], b, &n->used[g])) {
             st = epyq_err_set(err, EPYQ_E_NOMEM, "NUMA experts of node %d: size overflows", (int)g);
             goto done;
         }
-        count[g + 1]++;
     }
+    /* the group holding an expert's first slice packs it: each group's experts as one list
+     * (counting sort) */
+    for (size_t id = 0; id < ids; id++) count[plan->expert_group[id * (size_t)S] + 1]++;
     for (int32_t g = 0; g < G; g++) count[g + 1] += count[g];
     for (size_t id = 0; id < ids; id++)
-        list[count[plan->expert_group[id]]++] = (int32_t)id; /* count[g] becomes the end of g */
+        list[count[plan->expert_group[id * (size_t)S]]++] =
+            (int32_t)id; /* count[g] becomes the end of g */
     for (int32_t g = 0; g < G; g++) {
         const epyq_numa_group *gr = &plan->groups[g];
         st = epyq_numa_buf_alloc(&n->bufs[g], n->used[g] ? n->used[g] : 1, plan->bind_memory ? gr->os_index : -1,
@@ -176,10 +212,13 @@ static epyq_status place_experts(epyq_model *m, epyq_err *err) {
                             (double)n->used[g] / (1 << 30));
             goto done;
         }
-        int32_t first = g ? count[g - 1] : 0;
-        jobs[g] = (pack_job){m, list + first, off, n->bufs[g].ptr, errs};
+        base[g] = n->bufs[g].ptr;
     }
-    /* every group packs its own experts on its own workers, all groups at once */
+    for (int32_t g = 0; g < G; g++) {
+        int32_t first = g ? count[g - 1] : 0;
+        jobs[g] = (pack_job){m, list + first, off, base, errs};
+    }
+    /* every group packs its experts on its own workers, all groups at once */
     epyq_pool **pools = n->setup->rt->pools;
     for (int32_t g = 1; g < G; g++) pack_start(pools[g], false, &jobs[g], count[g] - count[g - 1]);
     pack_start(pools[0], true, &jobs[0], count[0]);
@@ -192,7 +231,7 @@ static epyq_status place_experts(epyq_model *m, epyq_err *err) {
             break;
         }
 done:
-    free(off), free(list), free(count), free(errs), free(jobs);
+    free(off), free(list), free(count), free(errs), free(jobs), free(base);
     return st;
 }
 
@@ -285,7 +324,13 @@ static void numa_model_desc(const epyq_model *m, epyq_numa_model *d) {
     d->n_layers = n->n_layers;
     d->n_experts = m->d.E;
     d->top_k = m->d.topk;
-    d->expert_bytes = expert_slot_bytes(mw, 0);
+    d->n_slices = n->n_slices;
+    d->expert_bytes = 0; /* S times the largest slice's slot: the plan counts equal slices */
+    for (int32_t s = 0; s < n->n_slices; s++) {
+        size_t b = slice_slot_bytes(n, mw, 0, s);
+        d->expert_bytes = b > d->expert_bytes ? b : d->expert_bytes;
+    }
+    d->expert_bytes *= (uint64_t)n->n_slices;
     /* everything else a token reads, plus one embedding copy (bf16) */
     uint64_t routed = (uint64_t)m->d.L * (uint64_t)m->d.topk * d->expert_bytes;
     uint64_t active = epyq_model_active_bytes(m);
@@ -310,6 +355,7 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
      * those stay on the single-pool path) */
     n->n_layers = m->d.L + (m->has_mtp && m->mtp.m.gate[0].q4 ? 1 : 0);
     n->slice = slice;
+    n->n_slices = (m->d.I + slice - 1) / slice;
     epyq_numa_model desc;
     numa_model_desc(m, &desc);
     /* nothing here owns what it allocates: n hangs on m, which the caller frees on failure */
@@ -324,7 +370,7 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
     TRY(epyq_numa_heads_init(m, err));
     epyq_moe_dims dims = {.max_tokens = BATCH_TOKENS,
                           .top_k = m->d.topk,
-                          .n_slices = (m->d.I + slice - 1) / slice,
+                          .n_slices = n->n_slices,
                           .width = m->d.H,
                           .max_unit_tokens = UNIT_TOKENS};
     TRY(epyq_moe_dispatch_create(&n->disp, n->setup->rt, &dims, err));
@@ -341,19 +387,20 @@ typedef struct {
     atomic_int failed;
 } unit_job;
 
-/* One unit: its tokens' rows through intermediate slice [i0, i1) of the fused expert kernel,
- * exactly as moe.c's moe_task runs a whole expert (same gather, activations and path). */
+/* One unit: its tokens' rows through one intermediate slice of the fused expert kernel, from
+ * the slice's own copy on this group's node (same gather, activations and path as moe.c). */
 static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo, int32_t group, int32_t worker) {
     (void)group, (void)worker;
     unit_job *j = ctx;
     const epyq_model *m = j->m;
-    const epyq_moe_rw *mw = j->mw;
-    const int32_t H = m->d.H, n = u->n_tokens, sl = (m->d.I + u->n_slices - 1) / u->n_slices;
-    const int32_t i0 = u->slice * sl, i1 = i0 + sl < m->d.I ? i0 + sl : m->d.I;
-    const epyq_rlin *gate = &mw->gate[u->expert], *up = &mw->up[u->expert], *down = &mw->down[u->expert];
+    const epyq_model_numa *nm = m->numa;
+    const int32_t H = m->d.H, n = u->n_tokens;
+    const epyq_rlin *gate = &j->mw->gate[u->expert];
+    const epyq_w4 *w = slice_w(nm, m->d.E, u->layer, u->expert, u->slice);
+    const int32_t ni = w[0].n;
     float *xg = malloc((size_t)n * H * sizeof(float));
     void *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, epyq_path_experts(m)), 1);
-    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, i1 - i0, H), 1);
+    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, ni, H), 1);
     if (xg && abuf && scratch) {
         for (int32_t r = 0; r < n; r++) /* act-order gate/up: their column order (linear.c) */
             if (gate->perm)
@@ -363,28 +410,33 @@ static void unit_run(void *ctx, const epyq_moe_unit *u, float *out, int32_t ldo,
         epyq_act xa = {
             .m = n, .k = H, .gs = m->gs, .path = epyq_path_experts(m), .f32 = xg, .buf = NULL};
         m->kt->act_prep(&xa, xg, n, H, m->gs, xa.path, abuf);
-        m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, i0, i1, &xa, u->weights, out, ldo, scratch);
+        m->kt->w4_expert(&w[0], &w[1], &w[2], 0, ni, &xa, u->weights, out, ldo, scratch);
     } else {
         atomic_store(&j->failed, 1);
     }
     free(xg), free(abuf), free(scratch);
 }
 
-/* The read counters: each expert the batch chose is streamed once by the group holding it. */
-static void count_experts(epyq_model *m, int32_t layer, const epyq_moe_rw *mw, int32_t n,
-                          const int32_t *sel) {
+/* The read counters: each slice of each expert the batch chose is streamed once by the group
+ * holding it. */
+static void count_experts(epyq_model *m, int32_t layer, int32_t n, const int32_t *sel) {
     epyq_model_numa *nm = m->numa;
+    const int32_t S = nm->n_slices;
     uint64_t seen[16] = {0}; /* moe.c takes at most 1024 experts */
     for (int32_t i = 0; i < n * m->d.topk; i++) {
         int32_t e = sel[i];
         if (e < 0 || e >= 1024 || seen[e >> 6] >> (e & 63) & 1) continue;
         seen[e >> 6] |= 1ull << (e & 63);
-        int32_t g = nm->setup->plan->expert_group[(size_t)layer * (size_t)m->d.E + (size_t)e];
-        uint64_t b = epyq_rlin_bytes(&mw->gate[e]) + epyq_rlin_bytes(&mw->up[e]) +
-                     epyq_rlin_bytes(&mw->down[e]);
-        if (nm->bufs_local[g]) nm->reads[g].local += b;
-        else
-            nm->reads[g].remote += b;
+        for (int32_t s = 0; s < S; s++) {
+            const size_t part =
+                ((size_t)layer * (size_t)m->d.E + (size_t)e) * (size_t)S + (size_t)s;
+            int32_t g = nm->setup->plan->expert_group[part];
+            const epyq_w4 *w = slice_w(nm, m->d.E, layer, e, s);
+            uint64_t b = w[0].bytes + w[1].bytes + w[2].bytes;
+            if (nm->bufs_local[g]) nm->reads[g].local += b;
+            else
+                nm->reads[g].remote += b;
+        }
     }
 }
 
@@ -393,7 +445,7 @@ epyq_status epyq_moe_numa_run(epyq_model *m, int32_t layer, const epyq_moe_rw *m
     const int32_t K = m->d.topk, H = m->d.H;
     for (int32_t t0 = 0; t0 < T; t0 += BATCH_TOKENS) {
         int32_t n = T - t0 < BATCH_TOKENS ? T - t0 : BATCH_TOKENS;
-        count_experts(m, layer, mw, n, sel + (size_t)t0 * K);
+        count_experts(m, layer, n, sel + (size_t)t0 * K);
         unit_job j = {m, mw, x + (size_t)t0 * H, 0};
         epyq_status st = epyq_moe_dispatch_run(m->numa->disp, layer, n, sel + (size_t)t0 * K, wt + (size_t)t0 * K,
                                                unit_run, &j, y + (size_t)t0 * ldy, ldy, false, err);
