@@ -3,11 +3,12 @@
  *
  * Promise: when epyq_model_opts.numa asks for a NUMA mode other than off, epyq_model_load()
  * makes the plan and the per-node pools (epyq_numa_setup_create, which prints the placement
- * table on stderr), packs every routed int4 expert of the trunk and the MTP layer into memory
- * bound to its plan group's node, on that group's pinned workers, and checks with move_pages
- * where the pages landed. The routed experts of every batch then run through
- * epyq_moe_dispatch_run in units of (expert, intermediate slice of moe_slice rows, <= 32
- * tokens). The slice width is a model option, never derived from threads or nodes, so the
+ * table on stderr), cuts every routed int4 expert of the trunk and the MTP layer into slices of
+ * moe_slice intermediate rows (gate/up rows, the matching down columns), packs each slice into
+ * memory bound to its plan group's node (the slices of one expert go round the groups), on
+ * pinned workers, and checks with move_pages where the pages landed. The routed experts of
+ * every batch then run through epyq_moe_dispatch_run in units of (expert, slice, <= 32 tokens),
+ * each on the group holding that slice. The slice width is a model option, never derived from threads or nodes, so the
  * logits are bit-identical for any --numa-split and thread count. With moe_slice equal to
  * moe_intermediate_size (one slice) they are also bit-identical to --numa off: the units are
  * then the single-pool path's (expert, 32-token chunk) tasks, summed in the same order.
