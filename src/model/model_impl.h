@@ -299,10 +299,6 @@ epyq_status epyq_model_numa_load(epyq_model *m, const epyq_numa_opts *o, int32_t
 void epyq_model_numa_free(epyq_model *m); /* before the layers are freed */
 /* Plan layer of mw when its routed experts are placed (trunk l, MTP = L), else -1. */
 int32_t epyq_moe_numa_layer(const epyq_model *m, const epyq_moe_rw *mw);
-/* The pool that runs layer mw's shared expert for a batch of T tokens, and its size: in
- * NUMA mode the pool of the node holding that expert (decode-sized batches), else m->pool. */
-epyq_pool *epyq_moe_numa_shared_pool(epyq_model *m, const epyq_moe_rw *mw, int32_t T,
-                                     int32_t *n_threads);
 /* ---- numa_dense.c: the dense linears on the plan's nodes */
 /* Split every dense linear over the groups (or copy it to each, replicate-dense) into memory
  * bound to each group's node, written by that group's workers; the heap copies are freed. */
@@ -312,6 +308,13 @@ void epyq_numa_dense_free(epyq_model *m);
  * (outputs without a split run on group 0); the driver is pool 0's creator. */
 void epyq_numa_dense_run(epyq_model *m, const epyq_rlin_out *outs, int32_t n,
                          const epyq_act *const *acts);
+/* An int4 expert whose gate, up and down are split (a shared expert in NUMA mode):
+ * y [x->m][ldy] = rw[t] * down(silu(gate x_t) * up x_t), the fused kernel's bits (kern.h
+ * w4_expert), in its two phases, each on every group's pool at once from its own rows. x is
+ * prepared for path (the expert's activations). */
+epyq_status epyq_numa_expert_run(epyq_model *m, const epyq_rlin *gate, const epyq_rlin *up,
+                                 const epyq_rlin *down, const epyq_act *x, epyq_numpath path,
+                                 const float *rw, float *y, int32_t ldy, epyq_err *err);
 /* ---- numa_state.c: the per-head work and a sequence's per-head buffers on the owners' nodes */
 /* Which heads a task's second index counts: attention kv heads, DeltaNet key heads (the conv
  * block of a key head's channels) or DeltaNet value heads (the delta rule and its state). */

@@ -91,19 +91,28 @@ static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath p
     return true;
 }
 
+/* All rows of l: on the calling thread inside a pool task, or (driver set: a shared expert split
+ * over the NUMA nodes) on every node's pool at once, each row the same bits. */
+static void expert_rows(const epyq_model *m, epyq_model *driver, const epyq_rlin *l,
+                        const epyq_act *a, float *y, int32_t ldy) {
+    if (driver) epyq_numa_dense_run(driver, &(epyq_rlin_out){l, y, ldy}, 1, &a);
+    else
+        epyq_rlin_rows(m, l, 0, l->n, a, y, ldy);
+}
+
 /* down(silu(gate x) * up x) * rw over n gathered rows: bf16 weights, or the two int4 planes
  * of an int8-requantised shared expert (xa then prepared for A16) */
-static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_rlin *up,
-                         const epyq_rlin *down, const epyq_act *xa, const float *rw, int32_t n,
-                         float *y) {
+static bool dense_expert(const epyq_model *m, epyq_model *driver, const epyq_rlin *gate,
+                         const epyq_rlin *up, const epyq_rlin *down, const epyq_act *xa,
+                         const float *rw, int32_t n, float *y) {
     int32_t I = gate->n;
     float *g = malloc((size_t)n * I * sizeof(float)), *u = malloc((size_t)n * I * sizeof(float));
     if (!g || !u) {
         free(g), free(u);
         return false;
     }
-    epyq_rlin_rows(m, gate, 0, I, xa, g, I);
-    epyq_rlin_rows(m, up, 0, I, xa, u, I);
+    expert_rows(m, driver, gate, xa, g, I);
+    expert_rows(m, driver, up, xa, u, I);
     for (size_t i = 0; i < (size_t)n * I; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     epyq_act ha = {.m = n, .k = I, .gs = m->gs, .path = epyq_path_dense(m), .f32 = g, .buf = NULL};
     void *hbuf = NULL;
@@ -115,7 +124,7 @@ static bool dense_expert(const epyq_model *m, const epyq_rlin *gate, const epyq_
         }
         m->kt->act_prep(&ha, g, n, I, m->gs, ha.path, hbuf);
     }
-    epyq_rlin_rows(m, down, 0, down->n, &ha, y, down->n);
+    expert_rows(m, driver, down, &ha, y, down->n);
     free(hbuf);
     for (int32_t r = 0; r < n; r++)
         for (int32_t i = 0; i < down->n; i++) y[(size_t)r * down->n + i] *= rw[r];
@@ -146,7 +155,7 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
         else gather_rows(j, base, n, NULL, xg);
         if (!gate->q4)
             xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
-        ok = ok && dense_expert(m, gate, up, down, &xa, rw, n, y);
+        ok = ok && dense_expert(m, NULL, gate, up, down, &xa, rw, n, y);
     }
     for (int32_t r = 0; ok && r < n; r++)
         memcpy(j->ys + (size_t)j->ent_row[base + r] * H, y + (size_t)r * H, (size_t)H * sizeof(float));
@@ -328,9 +337,10 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
     }
     free(fill);
     p->nt = 0;
-    /* NUMA mode: the routed experts run on their nodes (numa_moe.c); only the shared one here */
+    /* NUMA mode: the routed experts run on their nodes (numa_moe.c), the shared one split over
+     * them (shared_split); what is left is pool tasks */
     p->numa_layer = epyq_moe_numa_layer(m, mw);
-    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= E; e++) {
+    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= (mw->sh_gate.split ? E - 1 : E); e++) {
         /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
         if (!epyq_model_ep_owns(m, e)) continue;
         for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
@@ -339,6 +349,49 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
         }
     }
     return EPYQ_OK;
+}
+
+/* NUMA mode: the shared expert's linears are split by rows over the nodes (numa_dense.c). It
+ * runs from the driver, MOE_CHUNK tokens at a time like its pool tasks, each phase on every
+ * node's pool at once, and writes the same rows of ys with the same bits. */
+static epyq_status shared_split(epyq_model *m, moe_job *j, const moe_plan *p, epyq_err *err) {
+    const int32_t E = m->d.E, H = m->d.H;
+    const epyq_rlin *gate = &j->mw->sh_gate, *up = &j->mw->sh_up, *down = &j->mw->sh_down;
+    const int32_t total = p->e_off[E + 1] - p->e_off[E];
+    float *xg = malloc((size_t)MOE_CHUNK * H * sizeof(float)),
+          *y = malloc((size_t)MOE_CHUNK * H * sizeof(float));
+    epyq_status st =
+        xg && y ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "shared expert: out of memory");
+    for (int32_t off = 0; st == EPYQ_OK && off < total; off += MOE_CHUNK) {
+        const int32_t n = total - off < MOE_CHUNK ? total - off : MOE_CHUNK,
+                      base = p->e_off[E] + off;
+        const float *rw = j->ent_w + base;
+        void *abuf = NULL;
+        epyq_act xa;
+        if (gate->q4 && gate->requant != EPYQ_REQUANT_INT8) {
+            st =
+                task_input(j, base, n, expert_path(j, E), gate->perm, xg, &xa, &abuf)
+                    ? epyq_numa_expert_run(m, gate, up, down, &xa, expert_path(j, E), rw, y, H, err)
+                    : epyq_err_set(err, EPYQ_E_NOMEM, "shared expert: out of memory");
+        } else {
+            bool ok = true;
+            if (gate->q4)
+                ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, xg, &xa, &abuf);
+            else {
+                gather_rows(j, base, n, NULL, xg);
+                xa = (epyq_act){
+                    .m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
+            }
+            if (!ok || !dense_expert(m, m, gate, up, down, &xa, rw, n, y))
+                st = epyq_err_set(err, EPYQ_E_NOMEM, "shared expert: out of memory");
+        }
+        for (int32_t r = 0; st == EPYQ_OK && r < n; r++)
+            memcpy(j->ys + (size_t)j->ent_row[base + r] * H, y + (size_t)r * H,
+                   (size_t)H * sizeof(float));
+        free(abuf);
+    }
+    free(xg), free(y);
+    return st;
 }
 
 /* Run: every task on the pool, as whole-expert tasks or (small batches, int4 experts) in the
@@ -361,13 +414,11 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
      * into slot 0 by their nodes, and with expert parallelism other ranks' rows come in later:
      * then the rows no task writes must read as zero. */
     if (p->numa_layer >= 0 || m->ep) memset(p->ys, 0, n_ent * (size_t)H * sizeof(float));
-    bool q4 = mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8 &&
+    /* the tasks' experts: the routed ones unless placed, the shared one unless split */
+    bool q4 = (mw->sh_gate.split || (mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8)) &&
               (p->numa_layer >= 0 || mw->gate[0].q4);
-    /* the shared expert's node in NUMA mode (numa_dense.c), else the model's pool */
-    int32_t pool_threads = m->n_threads;
-    epyq_pool *pool =
-        p->numa_layer >= 0 ? epyq_moe_numa_shared_pool(m, mw, p->T, &pool_threads) : m->pool;
-    j.pieces = q4 && m->moe_split ? split_pieces(nt, pool_threads) : 1;
+    epyq_pool *pool = m->pool;
+    j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
     if (j.pieces > 1) {
         j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
         j.h = epyq_model_alloc_raw(n_ent * (size_t)j.ld_h, sizeof(float));
@@ -388,6 +439,7 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
     free(j.h), free(j.ye);
     if (atomic_load(&j.failed))
         return epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
+    if (mw->sh_gate.split && epyq_model_ep_owns(m, m->d.E)) TRY(shared_split(m, &j, p, err));
     /* their sum lands in slot 0; slots 1..K-1 stay zero, so the sum below is unchanged */
     if (p->numa_layer >= 0)
         TRY(epyq_moe_numa_run(m, p->numa_layer, mw, p->T, x, p->sel, p->wt, p->ys, p->S * H, err));

@@ -9,9 +9,13 @@
  * row is the one-pool path's bits (the kernels compute a row alone, whatever tile range holds
  * it). With replicate-dense every group holds a whole copy and computes the same rows from it.
  *
- * A shared expert stays whole: moe.c runs it through the fused expert kernel, which needs
- * gate, up and down together. Each layer's shared expert lives on one group (layer index
- * modulo the groups) and runs on that group's pool for decode-sized batches. */
+ * A shared expert is split the same way: gate and up by intermediate rows, down by output
+ * rows. epyq_numa_expert_run runs it in the fused kernel's two phases (kern.h w4_expert_gu,
+ * then w4_expert_down), each on every group at once, so each node computes its share of the
+ * shared expert from its own memory; the phases give the fused kernel's bits. (Kept whole on
+ * one node, it was computed by that node's pool while every other node waited: on 8 nodes a
+ * shared expert of 2.7% of a token's bytes cost ~19% of the token's time.) */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,9 +33,8 @@ typedef struct {
     int32_t n_outs, n_pieces;
 } group_job;
 
-/* Every dense linear of every layer (MTP layer included), lm_head and the MTP fc; *layer gets
- * the plan layer of each (-1 for the head and fc), *shared marks the shared expert's three. */
-static int32_t dense_list(epyq_model *m, epyq_rlin **out, int32_t *layer, bool *shared) {
+/* Every dense linear of every layer (MTP layer included), lm_head and the MTP fc. */
+static int32_t dense_list(epyq_model *m, epyq_rlin **out) {
     int32_t n = 0;
     for (int32_t l = 0; l <= m->d.L; l++) {
         if (l == m->d.L && !m->has_mtp) break;
@@ -45,14 +48,14 @@ static int32_t dense_list(epyq_model *m, epyq_rlin **out, int32_t *layer, bool *
                             &ly->m.sh_down, &ly->m.sh_expert_gate};
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
             if (lin[i]->n <= 0) continue; /* the other mixer's linears are all zero */
-            if (out) out[n] = lin[i], layer[n] = l, shared[n] = i >= 10 && i <= 12;
+            if (out) out[n] = lin[i];
             n++;
         }
     }
     epyq_rlin *tail[] = {&m->lm_head, &m->mtp_fc};
     for (size_t i = 0; i < 2; i++)
         if (tail[i]->n > 0) {
-            if (out) out[n] = tail[i], layer[n] = -1, shared[n] = false;
+            if (out) out[n] = tail[i];
             n++;
         }
     return n;
@@ -129,14 +132,11 @@ static void *moved(const epyq_model_numa *n, const seg_list *sl, int32_t g, cons
     return NULL;
 }
 
-/* Does group g get rows of linear i (split: its slice; whole: the owner; replicate: all)? */
+/* The rows of linear i group g holds (split: its slice; replicate: all). */
 static void rows_of(const epyq_model_numa *n, int32_t i, int32_t g, bool replicate, int32_t *a,
                     int32_t *b) {
-    const epyq_rlin *l = n->dense[i];
     const int32_t *r0 = n->row0 + (size_t)i * (size_t)(n->n_groups + 1);
-    if (replicate || (n->whole[i] && n->owner[i] == g)) *a = 0, *b = l->n;
-    else if (n->whole[i])
-        *a = *b = 0;
+    if (replicate) *a = 0, *b = n->dense[i]->n;
     else
         *a = r0[g], *b = r0[g + 1];
 }
@@ -172,23 +172,15 @@ static epyq_status build_segments(epyq_model_numa *n, bool replicate, seg **segs
     return EPYQ_OK;
 }
 
-/* After the copies: parts of split linears, and whole ones re-pointed at their owner's copy;
- * the heap memory is freed. */
+/* After the copies: each linear's parts point into the groups' buffers; the heap memory is
+ * freed. */
 static void repoint(epyq_model *m, const seg_list *sl) {
     epyq_model_numa *n = m->numa;
     const int32_t G = n->n_groups;
     for (int32_t i = 0; i < n->n_dense; i++) {
         epyq_rlin *l = n->dense[i];
         void *heap[3] = {l->q4 ? l->w4.mem : NULL, l->q4 ? l->w4lo.mem : NULL, l->bf16};
-        if (n->whole[i]) {
-            int32_t g = n->owner[i];
-            if (l->q4) {
-                l->w4.mem = moved(n, sl, g, l->w4.mem);
-                if (l->w4lo.mem) l->w4lo.mem = moved(n, sl, g, l->w4lo.mem);
-            } else {
-                l->bf16 = moved(n, sl, g, l->bf16);
-            }
-        } else {
+        {
             const int32_t *r0 = n->row0 + (size_t)i * (size_t)(G + 1);
             epyq_rlin *parts = n->parts + (size_t)i * (size_t)G;
             for (int32_t g = 0; g < G; g++) {
@@ -224,12 +216,9 @@ epyq_status epyq_numa_dense_place(epyq_model *m, epyq_err *err) {
     epyq_model_numa *n = m->numa;
     const epyq_numa_plan *plan = n->setup->plan;
     const int32_t G = n->n_groups;
-    int32_t cnt = dense_list(m, NULL, NULL, NULL);
-    int32_t *layer = malloc(((size_t)cnt + 1) * sizeof *layer);
+    int32_t cnt = dense_list(m, NULL);
     n->n_dense = cnt;
     n->dense = malloc(((size_t)cnt + 1) * sizeof *n->dense);
-    n->whole = calloc((size_t)cnt + 1, sizeof *n->whole);
-    n->owner = calloc((size_t)cnt + 1, sizeof *n->owner);
     n->row0 = malloc(((size_t)cnt * (size_t)(G + 1) + 1) * sizeof *n->row0);
     n->parts = calloc((size_t)cnt * (size_t)G + 1, sizeof *n->parts);
     n->splits = calloc((size_t)cnt + 1, sizeof *n->splits);
@@ -239,17 +228,14 @@ epyq_status epyq_numa_dense_place(epyq_model *m, epyq_err *err) {
     n->jobs = calloc((size_t)G, sizeof(group_job));
     seg **segs = calloc((size_t)G, sizeof *segs);
     seg_list *sl = calloc((size_t)G, sizeof *sl);
-    epyq_status st = layer && n->dense && n->whole && n->owner && n->row0 && n->parts &&
-                             n->splits && n->dbufs && n->dused && n->dbufs_local && n->jobs &&
-                             segs && sl
+    epyq_status st = n->dense && n->row0 && n->parts && n->splits && n->dbufs && n->dused &&
+                             n->dbufs_local && n->jobs && segs && sl
                          ? EPYQ_OK
                          : epyq_err_set(err, EPYQ_E_NOMEM, "NUMA dense weights: out of memory");
     if (st == EPYQ_OK) {
-        dense_list(m, n->dense, layer, n->whole);
-        for (int32_t i = 0; i < cnt; i++) {
-            n->owner[i] = layer[i] >= 0 ? layer[i] % G : 0;
+        dense_list(m, n->dense);
+        for (int32_t i = 0; i < cnt; i++)
             row_bounds(plan, n->dense[i]->n, n->row0 + (size_t)i * (size_t)(G + 1));
-        }
         st = build_segments(n, plan->replicate_dense, segs, sl, err);
     }
     for (int32_t g = 0; st == EPYQ_OK && g < G; g++) {
@@ -267,7 +253,7 @@ epyq_status epyq_numa_dense_place(epyq_model *m, epyq_err *err) {
     else
         n->n_dense = 0; /* nothing moved: the linears still own their heap memory */
     for (int32_t g = 0; segs && g < G; g++) free(segs[g]);
-    free(segs), free(sl), free(layer);
+    free(segs), free(sl);
     return st;
 }
 
@@ -281,7 +267,7 @@ void epyq_numa_dense_free(epyq_model *m) {
         l->split = NULL;
     }
     for (int32_t g = 0; n->dbufs && g < n->n_groups; g++) epyq_numa_buf_free(&n->dbufs[g]);
-    free(n->dense), free(n->whole), free(n->owner), free(n->row0), free(n->parts), free(n->splits);
+    free(n->dense), free(n->row0), free(n->parts), free(n->splits);
     free(n->dbufs), free(n->dused), free(n->dbufs_local), free(n->jobs);
     n->n_dense = 0;
 }
@@ -337,21 +323,101 @@ void epyq_numa_dense_run(epyq_model *m, const epyq_rlin_out *outs, int32_t n,
     }
 }
 
-epyq_pool *epyq_moe_numa_shared_pool(epyq_model *m, const epyq_moe_rw *mw, int32_t T,
-                                     int32_t *n_threads) {
-    epyq_model_numa *n = m->numa;
-    uint64_t bytes =
-        epyq_rlin_bytes(&mw->sh_gate) + epyq_rlin_bytes(&mw->sh_up) + epyq_rlin_bytes(&mw->sh_down);
-    int32_t l = n && n->n_dense ? epyq_numa_layer_index(m, mw) : -1;
-    /* Decode-sized batches read the expert once and are bandwidth-bound: its own node. Prefill
-     * is compute-bound: all the model's threads, wherever the weights are. */
-    if (l < 0 || T > 32) {
-        if (n) n->unpinned += bytes;
-        *n_threads = m->n_threads;
-        return m->pool;
+/* A fused expert over split linears: group g's tasks of one phase. */
+typedef struct {
+    const epyq_model *m;
+    const epyq_rlin *gate, *up, *down; /* this group's parts */
+    int32_t row0, drow0;               /* where its gate/up rows and its down rows start */
+    const epyq_act *x;
+    int32_t n, I, pieces;
+    epyq_numpath path;
+    const float *rw;
+    float *h, *y; /* h [n][I]: phase 1 writes its rows, phase 2 reads all */
+    int32_t ldy;
+    bool down_phase;
+    atomic_int *failed;
+} expert_job;
+
+static void expert_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const expert_job *j = ctx;
+    const epyq_model *m = j->m;
+    const epyq_rlin *l = j->down_phase ? j->down : j->gate;
+    /* the part's rows in pieces of whole 16-row tiles (the two phases' contract) */
+    int32_t tiles = (l->n + 15) / 16;
+    int32_t a = (int32_t)((int64_t)tiles * task / j->pieces * 16);
+    int32_t b =
+        task == j->pieces - 1 ? l->n : (int32_t)((int64_t)tiles * (task + 1) / j->pieces * 16);
+    if (b > l->n) b = l->n;
+    if (a >= b) return;
+    void *scratch = epyq_model_alloc(m->kt->w4_expert_scratch_bytes(j->n, j->I, m->d.H), 1);
+    if (!scratch) {
+        atomic_store(j->failed, 1);
+        return;
     }
-    int32_t g = l % n->n_groups;
-    count(n, g, n->dbufs_local[g], bytes);
-    *n_threads = epyq_pool_size(n->setup->rt->pools[g]);
-    return n->setup->rt->pools[g];
+    if (j->down_phase)
+        m->kt->w4_expert_down(&l->w4, a, b, 0, j->I, j->h, j->n, j->path, j->rw, j->y + j->drow0,
+                              j->ldy, scratch);
+    else
+        m->kt->w4_expert_gu(&j->gate->w4, &j->up->w4, a, b, j->x, j->h + j->row0 + a, j->I,
+                            scratch);
+    free(scratch);
+}
+
+/* Every group's tasks at once: groups 1.. started, group 0 run by the driver, then waited. */
+static void run_groups(epyq_model_numa *nm, epyq_task_fn fn, expert_job *jobs,
+                       const int32_t *n_tasks) {
+    epyq_pool **pools = nm->setup->rt->pools;
+    for (int32_t g = 1; g < nm->n_groups; g++)
+        if (n_tasks[g] > 0) epyq_pool_start(pools[g], fn, &jobs[g], n_tasks[g]);
+    if (n_tasks[0] > 0) epyq_pool_run(pools[0], fn, &jobs[0], n_tasks[0]);
+    for (int32_t g = 1; g < nm->n_groups; g++)
+        if (n_tasks[g] > 0) epyq_pool_wait(pools[g]);
+}
+
+epyq_status epyq_numa_expert_run(epyq_model *m, const epyq_rlin *gate, const epyq_rlin *up,
+                                 const epyq_rlin *down, const epyq_act *x, epyq_numpath path,
+                                 const float *rw, float *y, int32_t ldy, epyq_err *err) {
+    epyq_model_numa *nm = m->numa;
+    const int32_t G = nm->n_groups, n = x->m, I = gate->n;
+    expert_job *jobs = calloc((size_t)G, sizeof *jobs);
+    int32_t *n_tasks = calloc((size_t)G, sizeof *n_tasks);
+    float *h = epyq_model_alloc_raw((size_t)n * (size_t)I, sizeof(float)); /* every row written */
+    atomic_int failed = 0;
+    if (!jobs || !n_tasks || !h) {
+        free(jobs), free(n_tasks), free(h);
+        return epyq_err_set(err, EPYQ_E_NOMEM, "shared expert on the NUMA nodes: out of memory");
+    }
+    for (int32_t g = 0; g < G; g++) {
+        const epyq_rlin *pg = &gate->split->part[g], *pu = &up->split->part[g];
+        jobs[g] = (expert_job){.m = m,
+                               .gate = pg,
+                               .up = pu,
+                               .down = &down->split->part[g],
+                               .row0 = gate->split->row0[g],
+                               .drow0 = down->split->row0[g],
+                               .x = x,
+                               .n = n,
+                               .I = I,
+                               .pieces = epyq_pool_size(nm->setup->rt->pools[g]),
+                               .path = path,
+                               .rw = rw,
+                               .h = h,
+                               .y = y,
+                               .ldy = ldy,
+                               .failed = &failed};
+        n_tasks[g] = pg->n > 0 ? jobs[g].pieces : 0;
+        if (pg->n > 0) count(nm, g, nm->dbufs_local[g], epyq_rlin_bytes(pg) + epyq_rlin_bytes(pu));
+    }
+    run_groups(nm, expert_task, jobs, n_tasks);
+    for (int32_t g = 0; g < G; g++) {
+        jobs[g].down_phase = true;
+        n_tasks[g] = jobs[g].down->n > 0 ? jobs[g].pieces : 0;
+        if (jobs[g].down->n > 0) count(nm, g, nm->dbufs_local[g], epyq_rlin_bytes(jobs[g].down));
+    }
+    if (!atomic_load(&failed)) run_groups(nm, expert_task, jobs, n_tasks);
+    free(jobs), free(n_tasks), free(h);
+    if (atomic_load(&failed))
+        return epyq_err_set(err, EPYQ_E_NOMEM, "shared expert on the NUMA nodes: out of memory");
+    return EPYQ_OK;
 }

@@ -43,8 +43,6 @@ struct epyq_model_numa {
     /* dense linears (numa_dense.c) */
     int32_t n_dense;
     epyq_rlin **dense; /* [n_dense] the model's dense linears */
-    bool *whole;    /* [n_dense] kept whole on one group (a shared expert: moe.c's fused kernel) */
-    int32_t *owner; /* [n_dense] that group (whole ones) */
     int32_t *row0;  /* [n_dense][n_groups + 1] row boundaries */
     epyq_rlin *parts;        /* [n_dense][n_groups] */
     epyq_rlin_split *splits; /* [n_dense] */

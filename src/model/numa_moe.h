@@ -8,16 +8,17 @@
  * memory bound to its plan group's node (the slices of one expert go round the groups), on
  * pinned workers, and checks with move_pages where the pages landed. The routed experts of
  * every batch then run through epyq_moe_dispatch_run in units of (expert, slice, <= 32 tokens),
- * each on the group holding that slice. The slice width is a model option, never derived from threads or nodes, so the
- * logits are bit-identical for any --numa-split and thread count. With moe_slice equal to
- * moe_intermediate_size (one slice) they are also bit-identical to --numa off: the units are
- * then the single-pool path's (expert, 32-token chunk) tasks, summed in the same order.
- * Every dense linear (projections, router, shared-expert gate, lm_head, MTP fc) is cut by
+ * each on the group holding that slice. The slice width is a model option, never derived from
+ * threads or nodes, so the logits are bit-identical for any --numa-split and thread count. With
+ * moe_slice equal to moe_intermediate_size (one slice) they are also bit-identical to --numa off:
+ * the units are then the single-pool path's (expert, 32-token chunk) tasks, summed in the same
+ * order. Every dense linear (projections, router, shared-expert gate, lm_head, MTP fc) is cut by
  * output rows into whole 16-row tiles, one slice per group in proportion to its threads, on
  * that group's node and computed by its pool; --numa replicate-dense gives every group a whole
  * copy and each computes the same rows from its own. Outputs are concatenated, never summed,
- * so the logits keep the one-pool bits. Each layer's shared expert stays whole, on group
- * (layer mod groups), and runs there for batches of up to 32 tokens (numa_dense.c). */
+ * so the logits keep the one-pool bits. A shared expert is split too (gate/up by intermediate
+ * rows, down by output rows) and runs in the fused kernel's two phases on every group at once
+ * (numa_dense.c epyq_numa_expert_run), with the fused kernel's bits. */
 #ifndef EPYQ_MODEL_NUMA_MOE_H
 #define EPYQ_MODEL_NUMA_MOE_H
 
