@@ -531,17 +531,24 @@ START_TEST(test_expert) {
 }
 END_TEST
 
+/* A random expert (gate/up [inter][hidden], down [hidden][inter]), m activation rows (returned)
+ * and m routing weights in rw. */
+static float *expert_make(mat *gate, mat *up, mat *down, int32_t hidden, int32_t inter, int32_t gs,
+                          int32_t m, int asym, float *rw) {
+    mat_make(gate, inter, hidden, gs, asym);
+    mat_make(up, inter, hidden, gs, asym);
+    mat_make(down, hidden, inter, gs, asym);
+    float *x = act_make(m, hidden, 1);
+    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    return x;
+}
 
 /* w4_expert_gu over p pieces of the intermediate rows, then w4_expert_down over q pieces of
  * the output rows (what moe.c's split mode spreads over threads), must give w4_expert's bits:
  * every table, both paths, m = 1, 3 and 17, an intermediate slice [i0, i1) too, uneven pieces. */
 static void check_phases(int32_t hidden, int32_t inter, int32_t gs, int32_t m, int asym) {
     mat gate, up, down;
-    mat_make(&gate, inter, hidden, gs, asym);
-    mat_make(&up, inter, hidden, gs, asym);
-    mat_make(&down, hidden, inter, gs, asym);
-    float *x = act_make(m, hidden, 1), rw[32];
-    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    float rw[32], *x = expert_make(&gate, &up, &down, hidden, inter, gs, m, asym, rw);
     const int32_t ranges[2][2] = {{0, inter}, {gs, inter}};
     for (int isa = 0; isa < EPYQ_ISA_COUNT; isa++) {
         const epyq_kern_table *kt = epyq_kern_for_isa((epyq_isa)isa);
@@ -607,11 +614,7 @@ END_TEST
  * slice at the start, in the middle and at the end, m = 1, 3 and 17. */
 static void check_slice_copy(int32_t hidden, int32_t inter, int32_t gs, int32_t m, int asym) {
     mat gate, up, down;
-    mat_make(&gate, inter, hidden, gs, asym);
-    mat_make(&up, inter, hidden, gs, asym);
-    mat_make(&down, hidden, inter, gs, asym);
-    float *x = act_make(m, hidden, 1), rw[32];
-    for (int32_t t = 0; t < m; t++) rw[t] = 0.05f + 0.9f * (float)(rnd() % 1000) / 1000.0f;
+    float rw[32], *x = expert_make(&gate, &up, &down, hidden, inter, gs, m, asym, rw);
     const int32_t G = inter / gs;
     for (int32_t g0 = 0; g0 < G; g0++)
         for (int32_t g1 = g0 + 1; g1 <= G; g1++) {
