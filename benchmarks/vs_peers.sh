@@ -14,7 +14,8 @@
 #   epyq bench            ppN + tg, batched tg, per --paths (a8all: a row set of its own);
 #                         tg again with --requant SPEC when given
 #   ik_llama.cpp          llama-bench -rtr 1 (repack at load, its fastest CPU mode), batched-bench
-#   llama.cpp             llama-bench -mmp 0 (these VMs reclaim mmapped pages), batched-bench
+#   llama.cpp             llama-bench without mmap (-lm none, older builds -mmp 0: these VMs
+#                         reclaim mmapped pages), batched-bench
 # and prints one table: t/s medians per test and the ratios epyq / peer. Peers are measured,
 # never copied. With 40 layers the epyq files and the GGUF do not fit in the page cache
 # together, so each program reloads from disk (a few minutes each on this VM).
@@ -35,7 +36,7 @@ while [ $# -gt 0 ]; do
     --batches) batches=$2; shift 2 ;;
     --requant) requant=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_peers: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +65,11 @@ out=$work/vs_peers-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 echo "vs_peers: raw results in $out" >&2
 nb=${batches//,/ }
+# llama.cpp without mmap: newer builds (34af94cd) replaced -mmp 0 by --load-mode none, and
+# crash (SIGSEGV) when given the deprecated -mmp 0
+nommap=(-mmp 0)
+help=$("$peers/llama.cpp/build/bin/llama-bench" --help 2>&1 || true)
+case $help in *--load-mode*) nommap=(-lm none) ;; esac
 for r in $(seq 1 "$rounds"); do
   echo "vs_peers: round $r/$rounds" >&2
   "$epyq" bench -m "$model" -p "$prompts" -n "$gen" -b "$batches" -t "$threads" -r "$reps" -o jsonl --path "$paths" \
@@ -73,9 +79,9 @@ for r in $(seq 1 "$rounds"); do
       >"$out/epyq-rq-$r.jsonl" 2>"$out/epyq-rq-$r.err"
   fi
   "$peers/ik_llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -rtr 1 -o json \
-    >"$out/ik-$r.json" 2>"$out/ik-$r.err"
-  "$peers/llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -mmp 0 -o jsonl \
-    >"$out/llama-$r.jsonl" 2>"$out/llama-$r.err"
+    >"$out/ik-$r.json" 2>"$out/ik-$r.err" || echo "vs_peers: ik_llama.cpp llama-bench failed (exit $?, see $out/ik-$r.err)" >&2
+  "$peers/llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" "${nommap[@]}" -o jsonl \
+    >"$out/llama-$r.jsonl" 2>"$out/llama-$r.err" || echo "vs_peers: llama.cpp llama-bench failed (exit $?, see $out/llama-$r.err)" >&2
   for p in ik_llama.cpp llama.cpp; do
     bb=$peers/$p/build/bin/llama-batched-bench
     [ -x "$bb" ] || continue
