@@ -65,8 +65,7 @@ out=$work/vs_peers-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 echo "vs_peers: raw results in $out" >&2
 nb=${batches//,/ }
-# llama.cpp without mmap: newer builds (34af94cd) replaced -mmp 0 by --load-mode none, and
-# crash (SIGSEGV) when given the deprecated -mmp 0
+# llama.cpp without mmap: newer builds (34af94cd) replaced -mmp 0 by --load-mode none
 nommap=(-mmp 0)
 help=$("$peers/llama.cpp/build/bin/llama-bench" --help 2>&1 || true)
 case $help in *--load-mode*) nommap=(-lm none) ;; esac
