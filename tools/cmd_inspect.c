@@ -339,7 +339,8 @@ static int print_numa(const epyq_weights *w, const epyq_weights_stats *s, const 
         int32_t slices = (c->moe_intermediate_size + 127) / 128;
         if (slices > 1 && slices <= 64) {
             m.n_slices = slices;
-            m.expert_bytes = (m.expert_bytes + (uint64_t)slices - 1) / (uint64_t)slices * (uint64_t)slices;
+            m.expert_bytes =
+                (m.expert_bytes + (uint64_t)slices - 1) / (uint64_t)slices * (uint64_t)slices;
         }
     }
     epyq_err err = {0};

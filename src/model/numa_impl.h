@@ -42,8 +42,8 @@ struct epyq_model_numa {
     bool *bufs_local;    /* [n_groups] bufs[g] verified on g's node */
     /* dense linears (numa_dense.c) */
     int32_t n_dense;
-    epyq_rlin **dense; /* [n_dense] the model's dense linears */
-    int32_t *row0;  /* [n_dense][n_groups + 1] row boundaries */
+    epyq_rlin **dense;       /* [n_dense] the model's dense linears */
+    int32_t *row0;           /* [n_dense][n_groups + 1] row boundaries */
     epyq_rlin *parts;        /* [n_dense][n_groups] */
     epyq_rlin_split *splits; /* [n_dense] */
     epyq_numa_buf *dbufs;    /* [n_groups] each group's slices or copy */
