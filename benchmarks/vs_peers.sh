@@ -2,7 +2,7 @@
 # benchmarks/vs_peers.sh — epyq side by side with llama.cpp and ik_llama.cpp on this machine.
 #
 #   benchmarks/vs_peers.sh --peers DIR [--layers N] [--rounds R] [-r REPS] [-t THREADS]
-#                          [--prompts 512] [--gen N] [--batches 1,8,32] [--requant SPEC]
+#                          [--prompts 512] [--gen N] [--batches 1,8,32] [--requant SPEC]...
 #                          [--paths a8[,a8all]] [--work DIR]
 #
 # DIR holds the peers built outside the repository by ../shared/peers/build.sh:
@@ -12,7 +12,8 @@
 # runs R rounds, each alternating the programs one at a time (never two at once: this machine
 # drifts within minutes, so medians over alternating rounds are what compare):
 #   epyq bench            ppN + tg, batched tg, per --paths (a8all: a row set of its own);
-#                         tg again with --requant SPEC when given
+#                         tg again with each --requant SPEC given (repeat the option for
+#                         several: --requant lm_head=int8 --requant lm_head=int4)
 #   ik_llama.cpp          llama-bench -rtr 1 (repack at load, its fastest CPU mode), batched-bench
 #   llama.cpp             llama-bench without mmap (-lm none, older builds -mmp 0: these VMs
 #                         reclaim mmapped pages), batched-bench
@@ -22,7 +23,7 @@
 # --prompts takes a list (512,4096): every program runs each prompt length.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-peers='' layers=8 rounds=3 reps=3 threads=2 gen=128 batches=1,8,32 requant='' work='' prompts=512 paths=a8
+peers='' layers=8 rounds=3 reps=3 threads=2 gen=128 batches=1,8,32 requants=() work='' prompts=512 paths=a8
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) peers=$2; shift 2 ;;
@@ -34,9 +35,9 @@ while [ $# -gt 0 ]; do
     --prompts) prompts=$2; shift 2 ;;
     --paths) paths=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
-    --requant) requant=$2; shift 2 ;;
+    --requant) requants+=("$2"); shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_peers: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,10 +74,10 @@ for r in $(seq 1 "$rounds"); do
   echo "vs_peers: round $r/$rounds" >&2
   "$epyq" bench -m "$model" -p "$prompts" -n "$gen" -b "$batches" -t "$threads" -r "$reps" -o jsonl --path "$paths" \
     >"$out/epyq-$r.jsonl" 2>"$out/epyq-$r.err"
-  if [ -n "$requant" ]; then
-    "$epyq" bench -m "$model" -p 0 -n "$gen" -t "$threads" -r "$reps" -o jsonl --requant "$requant" \
-      >"$out/epyq-rq-$r.jsonl" 2>"$out/epyq-rq-$r.err"
-  fi
+  for i in "${!requants[@]}"; do
+    "$epyq" bench -m "$model" -p 0 -n "$gen" -t "$threads" -r "$reps" -o jsonl --requant "${requants[$i]}" \
+      >"$out/epyq-rq$i-$r.jsonl" 2>"$out/epyq-rq$i-$r.err"
+  done
   "$peers/ik_llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -rtr 1 -o json \
     >"$out/ik-$r.json" 2>"$out/ik-$r.err" || echo "vs_peers: ik_llama.cpp llama-bench failed (exit $?, see $out/ik-$r.err)" >&2
   "$peers/llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" "${nommap[@]}" -o jsonl \
@@ -89,10 +90,10 @@ for r in $(seq 1 "$rounds"); do
       >"$out/${p%%.*}-batched-$r.txt" 2>"$out/${p%%.*}-batched-$r.err" || true
   done
 done
-$py - "$out" "$rounds" "$gen" "$nb" "$peers" "$(lscpu | sed -n 's/^Model name: *//p')" "$prompts" "$paths" <<'EOF'
+$py - "$out" "$rounds" "$gen" "$nb" "$peers" "$(lscpu | sed -n 's/^Model name: *//p')" "$prompts" "$paths" "${requants[@]}" <<'EOF'
 import glob, json, os, re, statistics, sys
 out, rounds, gen, batches, peers, cpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5], sys.argv[6]
-prompts, paths = sys.argv[7].split(","), sys.argv[8].split(",")
+prompts, paths, requants = sys.argv[7].split(","), sys.argv[8].split(","), sys.argv[9:]
 def jl(path):
     try:
         with open(path) as f:
@@ -107,8 +108,9 @@ def add(prog, test, v):
 for r in range(1, rounds + 1):
     for row in jl(f"{out}/epyq-{r}.jsonl"):
         add("epyq" if row.get("path") in ("a8", None) else "epyq " + row["path"], row["test"], row["avg_ts"])
-    for row in jl(f"{out}/epyq-rq-{r}.jsonl"):
-        add("epyq requant", row["test"], row["avg_ts"])
+    for i, spec in enumerate(requants):
+        for row in jl(f"{out}/epyq-rq{i}-{r}.jsonl"):
+            add("epyq " + spec, row["test"], row["avg_ts"])
     for prog, f in (("ik_llama.cpp -rtr", f"{out}/ik-{r}.json"), ("llama.cpp", f"{out}/llama-{r}.jsonl")):
         for row in jl(f):
             npp, ntg = row.get("n_prompt", 0), row.get("n_gen", 0)
@@ -127,21 +129,22 @@ for r in range(1, rounds + 1):
                 b = int(cells[2])
                 add(prog, f"tg{gen}" + (f" b{b}" if b > 1 else " (batched-bench)"), float(cells[7]) * 1.0)
 tests = [f"pp{p}" for p in prompts] + [f"tg{gen}"] + [f"tg{gen} b{b}" for b in batches if b != "1"]
-progs = ["epyq", "epyq requant", "ik_llama.cpp -rtr", "llama.cpp"]
-extra = ["epyq " + p for p in paths if p != "a8"]  # further epyq paths: a column and a ratio to ik each
+progs = ["epyq", "ik_llama.cpp -rtr", "llama.cpp"]
+# further epyq paths and requantised runs: a column and a ratio to ik each
+extra = ["epyq " + p for p in paths if p != "a8"] + ["epyq " + q for q in requants]
 med = lambda k: statistics.median(res[k]) if k in res else None
 print(f"machine: {cpu}; {rounds} alternating rounds, t/s medians (aggregate t/s for bB)")
 for p in ("ik_llama.cpp", "llama.cpp"):
     try: print(f"{p}: " + open(f"{peers}/{p}/SNAPSHOT").readline().strip())
     except OSError: pass
-print("| test | " + " | ".join(progs + extra) + " | epyq / ik | epyq / llama.cpp | requant / ik |" +
+print("| test | " + " | ".join(progs + extra) + " | epyq / ik | epyq / llama.cpp |" +
       "".join(f" {p.split()[1]} / ik |" for p in extra))
-print("|---|" + "---:|" * (len(progs) + 2 * len(extra) + 3))
+print("|---|" + "---:|" * (len(progs) + 2 * len(extra) + 2))
 for t in tests:
     v = [med((p, t)) for p in progs]
     e = [med((p, t)) for p in extra]
     cell = lambda x: f"{x:.2f}" if x else "–"
     ratio = lambda a, b: f"{a / b:.2f}x" if a and b else "–"
-    print(f"| {t} | " + " | ".join(cell(x) for x in v + e) + f" | {ratio(v[0], v[2])} | {ratio(v[0], v[3])} | {ratio(v[1], v[2])} |" +
-          "".join(f" {ratio(x, v[2])} |" for x in e))
+    print(f"| {t} | " + " | ".join(cell(x) for x in v + e) + f" | {ratio(v[0], v[1])} | {ratio(v[0], v[2])} |" +
+          "".join(f" {ratio(x, v[1])} |" for x in e))
 EOF
