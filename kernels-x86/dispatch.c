@@ -15,13 +15,15 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "kernels-x86/kern_impl.h"
 #include "kernels-x86/w4_impl.h"
 
-static const char *const isa_names[EPYQ_ISA_COUNT] = {"ref", "avx2", "avx512", "avx512_vnni",
-                                                      "avx512_bf16"};
+static const char *const isa_names[EPYQ_ISA_COUNT] = {"ref",         "avx2",        "avx512",
+                                                      "avx512_vnni", "avx512_bf16", "avx512_amx"};
 
 /* ---- own tables: what each level implements itself --------------------------------- */
 
@@ -92,8 +94,18 @@ static const epyq_kern_table own_avx512_bf16 = {
     .bf16_gemm = epyq_bf16_gemm_avx512bf16,
 };
 
+/* + AMX-TILE/AMX-INT8: Intel Sapphire Rapids (2023-) and later Xeons. No EPYC has AMX, so
+ * this level only lifts prompt processing on Intel hosts: the A16 int4 core runs on tiles
+ * once 16 or more activation rows share the weights (same bits as every other level). */
+static const epyq_kern_table own_avx512_amx = {
+    .w4_gemm = epyq_w4_gemm_amx,
+    .w4_expert = epyq_w4_expert_amx,
+    .w4_expert_gu = epyq_w4_expert_gu_amx,
+    .w4_expert_down = epyq_w4_expert_down_amx,
+};
+
 static const epyq_kern_table *const own[EPYQ_ISA_COUNT] = {
-    &own_ref, &own_avx2, &own_avx512, &own_avx512_vnni, &own_avx512_bf16};
+    &own_ref, &own_avx2, &own_avx512, &own_avx512_vnni, &own_avx512_bf16, &own_avx512_amx};
 
 /* ---- effective tables ---------------------------------------------------------------- */
 
@@ -137,6 +149,19 @@ static void build_tables(void) {
  * 7 Hi16_ZMM. */
 #define XCR0_YMM 0x06u
 #define XCR0_ZMM 0xe6u
+/* 17 XTILECFG, 18 XTILEDATA. */
+#define XCR0_AMX 0x60000u
+
+/* Linux enables tile data lazily: a process must ask once (arch_prctl ARCH_REQ_XCOMP_PERM
+ * for XFEATURE_XTILEDATA, Linux >= 5.16) or its first tile instruction faults. The grant
+ * covers every thread of the process. Refused (older kernel, seccomp, a VM that hides the
+ * state): the host stays at avx512_bf16. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static int amx_permitted(void) {
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
 
 static uint64_t xgetbv0(void) {
     uint32_t lo, hi;
@@ -163,7 +188,10 @@ static epyq_isa detect(void) {
 
     unsigned a1 = 0, b1, c1, d1;
     const int bf16 = __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1) && ((a1 >> 5) & 1);
-    return bf16 ? EPYQ_ISA_AVX512_BF16 : EPYQ_ISA_AVX512_VNNI;
+    if (!bf16) return EPYQ_ISA_AVX512_VNNI;
+    const int amx = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE, AMX-INT8 */
+    return amx && (xcr0 & XCR0_AMX) == XCR0_AMX && amx_permitted() ? EPYQ_ISA_AVX512_AMX
+                                                                    : EPYQ_ISA_AVX512_BF16;
 }
 
 static epyq_isa host_isa;
@@ -213,7 +241,7 @@ epyq_status epyq_kern_select(epyq_isa host, const char *cap, const epyq_kern_tab
         if (c < 0)
             return epyq_err_set(err, EPYQ_E_ARG,
                                 "EPYQ_MAX_ISA=%.64s: expected one of ref, avx2, avx512, "
-                                "avx512_vnni, avx512_bf16",
+                                "avx512_vnni, avx512_bf16, avx512_amx",
                                 cap);
         /* A cap above what the host has is a ceiling, not a request: stay at the host. */
         if ((epyq_isa)c < isa) isa = (epyq_isa)c;

@@ -7,7 +7,7 @@
  * inside a kernel).
  *
  * Dispatch: epyq_kern() returns the table picked once from cpuid + xgetbv, capped by
- * EPYQ_MAX_ISA=ref|avx2|avx512|avx512_vnni|avx512_bf16. Every entry has a plain-C twin
+ * EPYQ_MAX_ISA=ref|avx2|avx512|avx512_vnni|avx512_bf16|avx512_amx. Every entry has a plain-C twin
  * in the "ref" table; tests compare each table against it (tests/kern/).
  *
  * Numeric paths for int4 weights (caller chooses per call through epyq_act.path):
@@ -33,6 +33,7 @@ typedef enum {
     EPYQ_ISA_AVX512,      /* AVX-512 F/BW/VL/DQ */
     EPYQ_ISA_AVX512_VNNI, /* + VNNI: Cascade Lake+, Zen4+ */
     EPYQ_ISA_AVX512_BF16, /* + BF16: Cooper Lake, Sapphire Rapids+, Zen4/Zen5 */
+    EPYQ_ISA_AVX512_AMX,  /* + AMX-TILE/INT8 granted by the OS: Sapphire Rapids+ (no EPYC) */
     EPYQ_ISA_COUNT
 } epyq_isa;
 
@@ -108,7 +109,7 @@ typedef enum {
 
 /* The table of kernels for one ISA level. */
 typedef struct epyq_kern_table {
-    const char *name; /* "ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16" */
+    const char *name; /* "ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "avx512_amx" */
     epyq_isa isa;
 
     /* Prepare x [m][k] for `path` into buf (epyq_act_bytes bytes); fills *a. */
@@ -228,7 +229,7 @@ const epyq_kern_table *epyq_kern_for_isa(epyq_isa isa);
 /* What the host supports (cpuid + xgetbv), ignoring EPYQ_MAX_ISA. */
 epyq_isa epyq_cpu_isa(void);
 const char *epyq_isa_name(epyq_isa isa);
-/* Parse "ref|avx2|avx512|avx512_vnni|avx512_bf16"; -1 if unknown. */
+/* Parse "ref|avx2|avx512|avx512_vnni|avx512_bf16|avx512_amx"; -1 if unknown. */
 int epyq_isa_parse(const char *s);
 /* Parse a numeric path name "a16" | "a8" (the --path flag of every tool); -1 if unknown. */
 int epyq_numpath_parse(const char *s);

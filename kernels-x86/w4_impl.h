@@ -106,6 +106,12 @@ void epyq_w4_core_a16_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32
                                  const float *rw);
 EPYQ_DECLARE_W4(avx512vnni);
 
+/* avx512_amx: the A16 core on AMX-INT8 tiles for 16 or more activation rows (kernels-x86/
+ * avx512/w4_amx.c; fewer rows and A8 use the avx512_vnni cores). Same bits as ref. */
+void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw);
+EPYQ_DECLARE_W4(amx);
+
 /* Register-only peak probes for benchmarks/kernels (kernels-x86/avx512/w4_peak.c): run
  * `iters` rounds of 16 independent VPDPBUSD / VPDPWSSD / VDPBF16PS and return the
  * operations done. */

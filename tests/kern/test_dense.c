@@ -544,7 +544,8 @@ END_TEST
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-static const char *const level_names[] = {"ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16"};
+static const char *const level_names[] = {"ref",         "avx2",        "avx512",
+                                          "avx512_vnni", "avx512_bf16", "avx512_amx"};
 
 START_TEST(test_isa_parse) {
     for (int l = 0; l < EPYQ_ISA_COUNT; l++) {

@@ -395,10 +395,13 @@ START_TEST(test_gemm_shapes) {
         {17, 128, 64, 16},
         /* one row walks up to 4 tiles at once: full groups of 4, a tail of 1..3, ragged n */
         {100, 256, 64, 1}, {65, 192, 64, 1}, {48, 128, 128, 1}, {130, 128, 32, 1},
+        /* the AMX core (16+ rows): blocks of 32 rows, a partial second / lone first block,
+         * more rows than one pass over a weight tile takes (256), every group size */
+        {48, 512, 128, 40}, {33, 256, 32, 100}, {20, 384, 64, 300}, {16, 128, 128, 31},
     };
     static const int32_t fast[][4] = {{1, 128, 128, 1}, {17, 256, 128, 8}, {33, 64, 32, 3},
                                       {15, 128, 64, 33}, {17, 128, 64, 12},
-                                      {100, 256, 64, 1}};
+                                      {100, 256, 64, 1}, {33, 256, 32, 100}};
     const int f = fast_mode();
     const size_t ns = f ? sizeof fast / sizeof fast[0] : sizeof full / sizeof full[0];
     rng_state = 0x9e3779b97f4a7c15ull;

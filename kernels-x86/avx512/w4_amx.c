@@ -1,0 +1,161 @@
+/* kernels-x86/avx512/w4_amx.c — int4 x int16 (path A16) on AMX-INT8 tiles, for 16 or more
+ * activation rows (prompt processing); fewer rows go to the VPDPWSSD core (w4_i16.c).
+ *
+ * AMX multiplies bytes, the A16 path has int16 activations. The prepared x16 rows are used
+ * as they are, as A tiles of 16 rows x 64 bytes (32 int16, little-endian: low byte, high
+ * byte), against two B tiles made from the same 64-byte weight blocks:
+ *   B_lo: each row's two codes in the low byte of each 16-bit half ([q, 0, q', 0]),
+ *   B_hi: the same codes in the high bytes              ([0, q, 0, q']).
+ * TDPBUSD(x16 bytes as unsigned, B_lo) sums lo(x) * q (the high bytes meet zeros) and
+ * TDPBSSD(x16 bytes as signed, B_hi) sums hi(x) * q with hi(x) the signed high byte, so
+ * x = 256 hi(x) + lo(x) gives the group's dot = C_lo + 256 C_hi, exactly in int32 (at most
+ * 128 x 15 x 32767 < 2^26). Half of the byte products are with zero: the price of needing
+ * no second copy of the activations. The B rows are the VPDPWSSD core's unpacked operands
+ * ((v >> 4t) & 0x000f000f puts codes k0+t and k0+t+4 in the two halves of a row's lane,
+ * matching the 0,4,1,5,2,6,3,7 order of the prepared activations), so B row i of a 32-k
+ * chunk is unpack t = i % 4 of block i / 4.
+ *
+ * Each group's dot then goes through the ref twin's epilogue (w4_int_epilogue), group by
+ * group in k order, so results are bit-identical to ref/w4_ref.c and every other table.
+ *
+ * Tiles: C 0..3 = {lo, hi} x two blocks of 16 activation rows, A 4..5 = those blocks' x16,
+ * B 6..7 = B_lo, B_hi of one weight tile (16 output rows). Per 32-k chunk: 4 tile loads and
+ * 4 tile multiplies. Per group the C tiles are stored and folded into fp32 accumulators
+ * kept in a thread-local buffer (16 floats per activation row). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels-x86/avx512/w4_common.h"
+#include "kernels-x86/w4_impl.h"
+
+#define AMX_ROWS_CHUNK 256 /* activation rows per pass over a weight tile (f buffer) */
+#define AMX_KC 32          /* k per A / B tile: 64 bytes of int16 */
+#define AMX_GS_MAX 128     /* largest group size (kern.h): 4 chunks */
+
+/* The 64-byte LDTILECFG operand (palette 1). */
+typedef struct {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* The configuration this thread has loaded: rows of the two activation blocks. A thread
+ * loads one whenever it needs other rows (the last, partial block of a call). */
+static _Thread_local int cfg_loaded = -1;
+
+static void amx_config(int r0, int r1) {
+    const int key = r0 * 32 + r1;
+    if (key == cfg_loaded) return;
+    _Alignas(64) amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    const int rows[8] = {r0, r0, r1, r1, r0, r1, 16, 16};
+    for (int t = 0; t < 8; t++)
+        if (rows[t]) {
+            c.rows[t] = (uint8_t)rows[t];
+            c.colsb[t] = 64;
+        }
+    _tile_loadconfig(&c);
+    cfg_loaded = key;
+}
+
+/* B_lo / B_hi of every 32-k chunk of one group record (bpg blocks of 64 bytes). */
+W4_INLINE void amx_unpack_b(const uint8_t *rec, int32_t bpg, uint8_t (*blo)[16 * 64],
+                            uint8_t (*bhi)[16 * 64]) {
+    const __m512i mask = _mm512_set1_epi32(0x000f000f);
+    for (int32_t b = 0; b < bpg; b++) {
+        const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
+        uint8_t *lo = blo[b / 4] + (size_t)(b % 4) * 4 * 64;
+        uint8_t *hi = bhi[b / 4] + (size_t)(b % 4) * 4 * 64;
+        for (int t = 0; t < 4; t++) {
+            const __m512i c = _mm512_and_si512(_mm512_srli_epi32(v, (unsigned)(4 * t)), mask);
+            _mm512_store_si512(lo + t * 64, c);
+            _mm512_store_si512(hi + t * 64, _mm512_slli_epi32(c, 8));
+        }
+    }
+}
+
+void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw) {
+    if (x->m < 16 || w->gs > AMX_GS_MAX) {
+        epyq_w4_core_a16_avx512vnni(w, n0, n1, g0, g1, x, y, ldy, rw);
+        return;
+    }
+    static _Thread_local _Alignas(64) uint8_t blo[AMX_GS_MAX / AMX_KC][16 * 64];
+    static _Thread_local _Alignas(64) uint8_t bhi[AMX_GS_MAX / AMX_KC][16 * 64];
+    static _Thread_local _Alignas(64) int32_t cbuf[4][16][16]; /* C tiles 0..3 */
+    static _Thread_local _Alignas(64) float f[AMX_ROWS_CHUNK][W4_TILE];
+
+    const w4_a16_view a = w4_a16_of(x);
+    const int32_t m = x->m, kx = x->k, gs = w->gs, bpg = gs / W4_KBLK, nkc = gs / AMX_KC;
+    const int32_t Gx = kx / gs;
+    const size_t rb = w4_rec_bytes(gs), lda = (size_t)kx * sizeof(int16_t);
+    const int32_t t_end = (n1 + W4_TILE - 1) / W4_TILE;
+
+    for (int32_t tc0 = 0; tc0 < m; tc0 += AMX_ROWS_CHUNK) {
+        const int32_t tc1 = tc0 + AMX_ROWS_CHUNK < m ? tc0 + AMX_ROWS_CHUNK : m;
+        for (int32_t tile = n0 / W4_TILE; tile < t_end; tile++) {
+            const uint8_t *tp = w4_tile_ptr(w, tile);
+            const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tp) : NULL;
+            memset(f, 0, (size_t)(tc1 - tc0) * sizeof f[0]);
+            for (int32_t g = g0; g < g1; g++) {
+                const uint8_t *rec = tp + (size_t)g * rb;
+                amx_unpack_b(rec, bpg, blo, bhi);
+                for (int32_t t0 = tc0; t0 < tc1; t0 += 32) {
+                    const int r0 = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16;
+                    const int r1 = tc1 - t0 - r0 < 16 ? (int)(tc1 - t0 - r0) : 16;
+                    amx_config(r0, r1);
+                    const uint8_t *a0 = (const uint8_t *)(a.x16 + (size_t)t0 * (size_t)kx +
+                                                          (size_t)(g - g0) * (size_t)gs);
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    if (r1) {
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    }
+                    for (int32_t c = 0; c < nkc; c++) {
+                        _tile_loadd(6, blo[c], 64);
+                        _tile_loadd(7, bhi[c], 64);
+                        _tile_loadd(4, a0 + (size_t)c * 64, lda);
+                        _tile_dpbusd(0, 4, 6);
+                        _tile_dpbssd(1, 4, 7);
+                        if (r1) {
+                            _tile_loadd(5, a0 + 16 * lda + (size_t)c * 64, lda);
+                            _tile_dpbusd(2, 5, 6);
+                            _tile_dpbssd(3, 5, 7);
+                        }
+                    }
+                    _tile_stored(0, cbuf[0], 64);
+                    _tile_stored(1, cbuf[1], 64);
+                    if (r1) {
+                        _tile_stored(2, cbuf[2], 64);
+                        _tile_stored(3, cbuf[3], 64);
+                    }
+                    for (int r = 0; r < r0 + r1; r++) {
+                        const int blk = r / 16, rr = r % 16;
+                        const __m512i lo = _mm512_load_si512(cbuf[2 * blk][rr]);
+                        const __m512i hi = _mm512_load_si512(cbuf[2 * blk + 1][rr]);
+                        const __m512i dot = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
+                        const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
+                        float *fr = f[t0 - tc0 + r];
+                        _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros,
+                                                            g, dot, a.d[tg], a.sum16[tg]));
+                    }
+                }
+            }
+            const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
+            const int32_t hi = tile * W4_TILE + W4_TILE < n1 ? tile * W4_TILE + W4_TILE : n1;
+            for (int32_t t = tc0; t < tc1; t++) {
+                __m512 v = _mm512_load_ps(f[t - tc0]);
+                if (rw) v = _mm512_mul_ps(v, _mm512_set1_ps(rw[t]));
+                w4_store_tile(y + (size_t)t * (size_t)ldy, n0, tile, lo, hi, v);
+            }
+        }
+    }
+}
+
+static const epyq_w4_cores cores_amx = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_amx,
+                                        epyq_act_prep_avx512};
+
+EPYQ_DEFINE_W4(amx, cores_amx)
