@@ -43,7 +43,8 @@ static void usage(FILE *f) {
             "  -o, --output FILE  where to write the logits (default: only the JSON summary)\n"
             "  --ref              use the plain-C double-precision reference (small models only)\n"
             "  --path P           int4 kernels' numeric path: a8 (default), a16 or a8all\n"
-            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16|avx512_amx\n"
+            "  --isa LEVEL        cap the kernels: ref|avx2|avx512|avx512_vnni|avx512_bf16|\n"
+            "                     avx512_amx\n"
             "                     (same as EPYQ_MAX_ISA)\n"
             "  -t, --threads N    threads (default: one per allowed CPU)\n"
             "  --kv-type T        KV cache storage: bf16 (default) or fp8 (e4m3)\n"
@@ -253,7 +254,9 @@ static int parse(int argc, char **argv, opts *o) {
             break;
         case 'I':
             if (epyq_isa_parse(optarg) < 0)
-                return fprintf(stderr, "epyq logits: --isa: expected ref|avx2|avx512|avx512_vnni|avx512_bf16|avx512_amx\n"), 2;
+                return fprintf(stderr, "epyq logits: --isa: expected ref|avx2|avx512|avx512_vnni|"
+                                       "avx512_bf16|avx512_amx\n"),
+                       2;
             setenv("EPYQ_MAX_ISA", optarg, 1);
             break;
         case 'h': usage(stdout); return 0;

@@ -398,6 +398,7 @@ START_TEST(test_gemm_shapes) {
         /* the AMX core (16+ rows): blocks of 32 rows, a partial second / lone first block,
          * more rows than one pass over a weight tile takes (256), every group size */
         {48, 512, 128, 40}, {33, 256, 32, 100}, {20, 384, 64, 300}, {16, 128, 128, 31},
+        {20, 4096, 128, 100}, /* k = 4096: passes of 64 rows */
     };
     static const int32_t fast[][4] = {{1, 128, 128, 1}, {17, 256, 128, 8}, {33, 64, 32, 3},
                                       {15, 128, 64, 33}, {17, 128, 64, 12},
