@@ -191,7 +191,7 @@ static epyq_isa detect(void) {
     if (!bf16) return EPYQ_ISA_AVX512_VNNI;
     const int amx = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE, AMX-INT8 */
     return amx && (xcr0 & XCR0_AMX) == XCR0_AMX && amx_permitted() ? EPYQ_ISA_AVX512_AMX
-                                                                    : EPYQ_ISA_AVX512_BF16;
+                                                                   : EPYQ_ISA_AVX512_BF16;
 }
 
 static epyq_isa host_isa;

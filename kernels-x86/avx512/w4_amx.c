@@ -34,10 +34,10 @@
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
-#define AMX_ROWS_CHUNK 256 /* most activation rows per pass over the weight tiles (f buffer) */
+#define AMX_ROWS_CHUNK 256      /* most activation rows per pass over the weight tiles (f buffer) */
 #define AMX_A_BYTES (512 << 10) /* x16 bytes of one pass: kept in L2 while every tile reads it */
-#define AMX_KC 32          /* k per A / B tile: 64 bytes of int16 */
-#define AMX_GS_MAX 128     /* largest group size (kern.h): 4 chunks */
+#define AMX_KC 32               /* k per A / B tile: 64 bytes of int16 */
+#define AMX_GS_MAX 128          /* largest group size (kern.h): 4 chunks */
 
 /* The 64-byte LDTILECFG operand (palette 1). */
 typedef struct {
@@ -152,8 +152,8 @@ void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
                         const __m512i dot = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
                         const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
                         float *fr = f[t0 - tc0 + r];
-                        _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros,
-                                                            g, dot, a.d[tg], a.sum16[tg]));
+                        _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros, g,
+                                                            dot, a.d[tg], a.sum16[tg]));
                     }
                 }
             }
