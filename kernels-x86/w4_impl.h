@@ -110,6 +110,8 @@ EPYQ_DECLARE_W4(avx512vnni);
  * avx512/w4_amx.c; fewer rows and A8 use the avx512_vnni cores). Same bits as ref. */
 void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
                           const epyq_act *x, float *y, int32_t ldy, const float *rw);
+void epyq_w4_core_a8_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                         const epyq_act *x, float *y, int32_t ldy, const float *rw);
 EPYQ_DECLARE_W4(amx);
 
 /* Register-only peak probes for benchmarks/kernels (kernels-x86/avx512/w4_peak.c): run

@@ -1,5 +1,10 @@
-/* kernels-x86/avx512/w4_amx.c — int4 x int16 (path A16) on AMX-INT8 tiles, for 16 or more
- * activation rows (prompt processing); fewer rows go to the VPDPWSSD core (w4_i16.c).
+/* kernels-x86/avx512/w4_amx.c — the int4 cores of both paths on AMX-INT8 tiles, for 16 or
+ * more activation rows (prompt processing); fewer rows go to the VNNI cores (w4_vnni.c,
+ * w4_i16.c).
+ *
+ * A8 maps directly: the prepared x8 rows are A tiles (16 rows x 64 int8), the VPDPBUSD
+ * core's two unpacked operands of each weight block are two rows of a B tile, and
+ * TDPBSSD (codes 0..15 are valid signed bytes) gives the group's exact int32 dot.
  *
  * AMX multiplies bytes, the A16 path has int16 activations. The prepared x16 rows are used
  * as they are, as A tiles of 16 rows x 64 bytes (32 int16, little-endian: low byte, high
@@ -36,7 +41,11 @@
 
 #define AMX_ROWS_CHUNK 256      /* most activation rows per pass over the weight tiles (f buffer) */
 #define AMX_A_BYTES (512 << 10) /* x16 bytes of one pass: kept in L2 while every tile reads it */
-#define AMX_KC 32               /* k per A / B tile: 64 bytes of int16 */
+/* Fewer activation rows go to the VNNI cores: at 16 rows the tiles are 1.4x (A16) and
+ * 1.07x (A8, a 512 x 2048 expert) faster, at 8 and below the VNNI cores' multi-tile weight
+ * streams win (benchmarks/kernels, 2 threads, this Xeon VM: A8 m = 8 expert 84 us on VNNI,
+ * 105 us on tiles). */
+#define AMX_MIN_ROWS 16
 #define AMX_GS_MAX 128          /* largest group size (kern.h): 4 chunks */
 
 /* The 64-byte LDTILECFG operand (palette 1). */
@@ -67,41 +76,58 @@ static void amx_config(int r0, int r1) {
     cfg_loaded = key;
 }
 
-/* B_lo / B_hi of every 32-k chunk of one group record (bpg blocks of 64 bytes). The
- * record two groups on (records and tiles are stored back to back) is prefetched: the
+/* The B tiles of every chunk of one group record (bpg blocks of 64 bytes):
+ *   A16: B_lo / B_hi per 32-k chunk (b[0][c], b[1][c]); row i = unpack t = i % 4 of block
+ *        i / 4, in the low / high bytes;
+ *   A8:  one B per 64-k chunk (b[0][c]); rows 2i, 2i + 1 = the VPDPBUSD core's two
+ *        operands of block i (codes of k0+{0,2,4,6} and k0+{1,3,5,7}, matching the prepared
+ *        activations' 0,2,4,6,1,3,5,7 order).
+ * The record two groups on (records and tiles are stored back to back) is prefetched: the
  * weights arrive in bursts between long runs of tile multiplies, which the hardware
  * prefetcher alone followed too late (perf: the block loads stalled on DRAM). */
-W4_INLINE void amx_unpack_b(const uint8_t *rec, int32_t bpg, size_t rb, uint8_t (*blo)[16 * 64],
-                            uint8_t (*bhi)[16 * 64]) {
-    const __m512i mask = _mm512_set1_epi32(0x000f000f);
+W4_INLINE void amx_unpack_b(const uint8_t *rec, int32_t bpg, size_t rb,
+                            uint8_t (*bt)[AMX_GS_MAX / 32][16 * 64], const int A8) {
     for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(rec + 2 * rb + o), _MM_HINT_T0);
     for (int32_t b = 0; b < bpg; b++) {
         const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
-        uint8_t *lo = blo[b / 4] + (size_t)(b % 4) * 4 * 64;
-        uint8_t *hi = bhi[b / 4] + (size_t)(b % 4) * 4 * 64;
-        for (int t = 0; t < 4; t++) {
-            const __m512i c = _mm512_and_si512(_mm512_srli_epi32(v, (unsigned)(4 * t)), mask);
-            _mm512_store_si512(lo + t * 64, c);
-            _mm512_store_si512(hi + t * 64, _mm512_slli_epi32(c, 8));
+        if (A8) {
+            const __m512i m0f = _mm512_set1_epi8(0x0f);
+            uint8_t *row = bt[0][b / 8] + (size_t)(b % 8) * 2 * 64;
+            _mm512_store_si512(row, _mm512_and_si512(v, m0f));
+            _mm512_store_si512(row + 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f));
+        } else {
+            const __m512i mask = _mm512_set1_epi32(0x000f000f);
+            uint8_t *lo = bt[0][b / 4] + (size_t)(b % 4) * 4 * 64;
+            uint8_t *hi = bt[1][b / 4] + (size_t)(b % 4) * 4 * 64;
+            for (int t = 0; t < 4; t++) {
+                const __m512i c = _mm512_and_si512(_mm512_srli_epi32(v, (unsigned)(4 * t)), mask);
+                _mm512_store_si512(lo + t * 64, c);
+                _mm512_store_si512(hi + t * 64, _mm512_slli_epi32(c, 8));
+            }
         }
     }
 }
 
-void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
-                          const epyq_act *x, float *y, int32_t ldy, const float *rw) {
-    if (x->m < 16 || w->gs > AMX_GS_MAX) {
-        epyq_w4_core_a16_avx512vnni(w, n0, n1, g0, g1, x, y, ldy, rw);
-        return;
-    }
-    static _Thread_local _Alignas(64) uint8_t blo[AMX_GS_MAX / AMX_KC][16 * 64];
-    static _Thread_local _Alignas(64) uint8_t bhi[AMX_GS_MAX / AMX_KC][16 * 64];
+/* The core of either path (A8 a compile-time constant): a w4_core_fn. */
+W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                        const epyq_act *x, float *y, int32_t ldy, const float *rw, const int A8) {
+    static _Thread_local _Alignas(64) uint8_t bt[2][AMX_GS_MAX / 32][16 * 64];
     static _Thread_local _Alignas(64) int32_t cbuf[4][16][16]; /* C tiles 0..3 */
     static _Thread_local _Alignas(64) float f[AMX_ROWS_CHUNK][W4_TILE];
 
-    const w4_a16_view a = w4_a16_of(x);
-    const int32_t m = x->m, kx = x->k, gs = w->gs, bpg = gs / W4_KBLK, nkc = gs / AMX_KC;
-    const int32_t Gx = kx / gs;
-    const size_t rb = w4_rec_bytes(gs), lda = (size_t)kx * sizeof(int16_t);
+    const uint8_t *xq;
+    const float *xd;
+    const int32_t *xsum;
+    if (A8) {
+        const w4_a8_view a = w4_a8_of(x);
+        xq = (const uint8_t *)a.x8, xd = a.d, xsum = a.sum8;
+    } else {
+        const w4_a16_view a = w4_a16_of(x);
+        xq = (const uint8_t *)a.x16, xd = a.d, xsum = a.sum16;
+    }
+    const int32_t m = x->m, kx = x->k, gs = w->gs, bpg = gs / W4_KBLK;
+    const int32_t nkc = gs / (A8 ? 64 : 32), Gx = kx / gs;
+    const size_t rb = w4_rec_bytes(gs), lda = (size_t)kx * (A8 ? 1u : 2u);
     const int32_t t_end = (n1 + W4_TILE - 1) / W4_TILE;
 
     int32_t chunk = (int32_t)(AMX_A_BYTES / lda) / 32 * 32;
@@ -114,46 +140,55 @@ void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
             memset(f, 0, (size_t)(tc1 - tc0) * sizeof f[0]);
             for (int32_t g = g0; g < g1; g++) {
                 const uint8_t *rec = tp + (size_t)g * rb;
-                amx_unpack_b(rec, bpg, rb, blo, bhi);
+                amx_unpack_b(rec, bpg, rb, bt, A8);
                 for (int32_t t0 = tc0; t0 < tc1; t0 += 32) {
                     const int r0 = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16;
                     const int r1 = tc1 - t0 - r0 < 16 ? (int)(tc1 - t0 - r0) : 16;
                     amx_config(r0, r1);
-                    const uint8_t *a0 = (const uint8_t *)(a.x16 + (size_t)t0 * (size_t)kx +
-                                                          (size_t)(g - g0) * (size_t)gs);
+                    const uint8_t *a0 = xq + ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) *
+                                                 (A8 ? 1u : 2u);
                     _tile_zero(0);
-                    _tile_zero(1);
+                    if (!A8) _tile_zero(1);
                     if (r1) {
                         _tile_zero(2);
-                        _tile_zero(3);
+                        if (!A8) _tile_zero(3);
                     }
                     for (int32_t c = 0; c < nkc; c++) {
-                        _tile_loadd(6, blo[c], 64);
-                        _tile_loadd(7, bhi[c], 64);
+                        _tile_loadd(6, bt[0][c], 64);
+                        if (!A8) _tile_loadd(7, bt[1][c], 64);
                         _tile_loadd(4, a0 + (size_t)c * 64, lda);
-                        _tile_dpbusd(0, 4, 6);
-                        _tile_dpbssd(1, 4, 7);
+                        if (A8) {
+                            _tile_dpbssd(0, 4, 6);
+                        } else {
+                            _tile_dpbusd(0, 4, 6);
+                            _tile_dpbssd(1, 4, 7);
+                        }
                         if (r1) {
                             _tile_loadd(5, a0 + 16 * lda + (size_t)c * 64, lda);
-                            _tile_dpbusd(2, 5, 6);
-                            _tile_dpbssd(3, 5, 7);
+                            if (A8) {
+                                _tile_dpbssd(2, 5, 6);
+                            } else {
+                                _tile_dpbusd(2, 5, 6);
+                                _tile_dpbssd(3, 5, 7);
+                            }
                         }
                     }
                     _tile_stored(0, cbuf[0], 64);
-                    _tile_stored(1, cbuf[1], 64);
+                    if (!A8) _tile_stored(1, cbuf[1], 64);
                     if (r1) {
                         _tile_stored(2, cbuf[2], 64);
-                        _tile_stored(3, cbuf[3], 64);
+                        if (!A8) _tile_stored(3, cbuf[3], 64);
                     }
                     for (int r = 0; r < r0 + r1; r++) {
                         const int blk = r / 16, rr = r % 16;
-                        const __m512i lo = _mm512_load_si512(cbuf[2 * blk][rr]);
-                        const __m512i hi = _mm512_load_si512(cbuf[2 * blk + 1][rr]);
-                        const __m512i dot = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
+                        __m512i dot = _mm512_load_si512(cbuf[2 * blk][rr]);
+                        if (!A8)
+                            dot = _mm512_add_epi32(
+                                dot, _mm512_slli_epi32(_mm512_load_si512(cbuf[2 * blk + 1][rr]), 8));
                         const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
                         float *fr = f[t0 - tc0 + r];
                         _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros, g,
-                                                            dot, a.d[tg], a.sum16[tg]));
+                                                            dot, xd[tg], xsum[tg]));
                     }
                 }
             }
@@ -168,7 +203,23 @@ void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
     }
 }
 
-static const epyq_w4_cores cores_amx = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_amx,
+void epyq_w4_core_a16_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                          const epyq_act *x, float *y, int32_t ldy, const float *rw) {
+    if (x->m < AMX_MIN_ROWS || w->gs > AMX_GS_MAX)
+        epyq_w4_core_a16_avx512vnni(w, n0, n1, g0, g1, x, y, ldy, rw);
+    else
+        amx_core(w, n0, n1, g0, g1, x, y, ldy, rw, 0);
+}
+
+void epyq_w4_core_a8_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
+                         const epyq_act *x, float *y, int32_t ldy, const float *rw) {
+    if (x->m < AMX_MIN_ROWS || w->gs < 64 || w->gs > AMX_GS_MAX)
+        epyq_w4_core_a8_avx512vnni(w, n0, n1, g0, g1, x, y, ldy, rw);
+    else
+        amx_core(w, n0, n1, g0, g1, x, y, ldy, rw, 1);
+}
+
+static const epyq_w4_cores cores_amx = {epyq_w4_core_a8_amx, epyq_w4_core_a16_amx,
                                         epyq_act_prep_avx512};
 
 EPYQ_DEFINE_W4(amx, cores_amx)

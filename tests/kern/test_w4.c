@@ -545,12 +545,14 @@ START_TEST(test_expert) {
     if (fast_mode()) {
         check_expert(128, 64, 32, 3, 0);
         check_expert(128, 128, 64, 1, 1);
+        check_expert(128, 192, 64, 17, 1); /* 16+ rows: the AMX cores where the host has them */
         return;
     }
     check_expert(256, 256, 128, 1, 0);
     check_expert(256, 256, 128, 5, 1);
     check_expert(128, 192, 64, 17, 0);
     check_expert(192, 128, 32, 2, 1);
+    check_expert(256, 256, 128, 33, 1); /* AMX: a full and a one-row block of activations */
 }
 END_TEST
 
@@ -626,6 +628,7 @@ START_TEST(test_expert_phases) {
     if (!fast_mode()) {
         check_phases(256, 512, 128, 1, 0); /* the 35b experts' intermediate size */
         check_phases(192, 160, 32, 17, 0);
+        check_phases(256, 256, 128, 40, 1);
     }
 }
 END_TEST
