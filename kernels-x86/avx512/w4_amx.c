@@ -46,7 +46,7 @@
  * streams win (benchmarks/kernels, 2 threads, this Xeon VM: A8 m = 8 expert 84 us on VNNI,
  * 105 us on tiles). */
 #define AMX_MIN_ROWS 16
-#define AMX_GS_MAX 128          /* largest group size (kern.h): 4 chunks */
+#define AMX_GS_MAX 128 /* largest group size (kern.h): 4 chunks */
 
 /* The 64-byte LDTILECFG operand (palette 1). */
 typedef struct {
@@ -145,8 +145,9 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
                     const int r0 = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16;
                     const int r1 = tc1 - t0 - r0 < 16 ? (int)(tc1 - t0 - r0) : 16;
                     amx_config(r0, r1);
-                    const uint8_t *a0 = xq + ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) *
-                                                 (A8 ? 1u : 2u);
+                    const uint8_t *a0 =
+                        xq +
+                        ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) * (A8 ? 1u : 2u);
                     _tile_zero(0);
                     if (!A8) _tile_zero(1);
                     if (r1) {
@@ -184,7 +185,8 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
                         __m512i dot = _mm512_load_si512(cbuf[2 * blk][rr]);
                         if (!A8)
                             dot = _mm512_add_epi32(
-                                dot, _mm512_slli_epi32(_mm512_load_si512(cbuf[2 * blk + 1][rr]), 8));
+                                dot,
+                                _mm512_slli_epi32(_mm512_load_si512(cbuf[2 * blk + 1][rr]), 8));
                         const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
                         float *fr = f[t0 - tc0 + r];
                         _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros, g,
