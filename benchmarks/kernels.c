@@ -317,11 +317,18 @@ static void free_w4(epyq_w4 *w, size_t count) {
 
 typedef struct {
     double read_gbps[MAX_THREADS + 1]; /* by thread count */
-    double peak[3];                    /* ops/s of one thread by peak_kind; 0 = ISA lacks it */
+    double peak[5];                    /* ops/s of one thread by peak_kind; 0 = ISA lacks it */
 } limits;
 
 /* The instruction a row is judged against. */
-enum peak_kind { PEAK_BF16, PEAK_A8, PEAK_A16 };
+enum peak_kind { PEAK_BF16, PEAK_A8, PEAK_A16, PEAK_AMX, PEAK_AMX_A16 };
+
+/* The peak an int4 row is judged against: the tiles' from 16 activation rows where the
+ * table has them (kernels-x86/avx512/w4_amx.c, AMX_MIN_ROWS), else VPDPBUSD / VPDPWSSD. */
+static enum peak_kind int4_peak(const limits *lim, int a8, int m) {
+    if (lim->peak[PEAK_AMX] > 0 && m >= 16) return a8 ? PEAK_AMX : PEAK_AMX_A16;
+    return a8 ? PEAK_A8 : PEAK_A16;
+}
 
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -406,7 +413,7 @@ static void bench_gemm_w4(const opts *o, const limits *lim, const epyq_kern_tabl
                 r.y[0] = xalloc((size_t)r.m * (size_t)n * sizeof(float));
                 run_row(&r);
                 report(o, lim, &r, "w4_gemm", shape, p ? "A8" : "A16", (double)w[0].bytes,
-                       2.0 * r.m * n * (double)k, p ? PEAK_A8 : PEAK_A16);
+                       2.0 * r.m * n * (double)k, int4_peak(lim, p, r.m));
                 free(r.y[0]);
                 free(xb);
                 free(xf);
@@ -471,7 +478,7 @@ static void bench_experts(const opts *o, const limits *lim, const epyq_kern_tabl
                 report(o, lim, &r, moe8 ? "w4_moe8" : "w4_expert",
                        moe8 ? "8x(2x512x2048+2048x512)" : "2x512x2048+2048x512", p ? "A8" : "A16",
                        per * (double)(w[0].bytes + w[1].bytes + w[2].bytes),
-                       per * 2.0 * r.m * 3.0 * inter * (double)hid, p ? PEAK_A8 : PEAK_A16);
+                       per * 2.0 * r.m * 3.0 * inter * (double)hid, int4_peak(lim, p, r.m));
                 for (int t = 0; t < r.threads; t++) {
                     free(r.y[t]);
                     free(r.scratch[t]);
@@ -489,6 +496,7 @@ static uint64_t run_peak(enum peak_kind pk, uint64_t iters) {
     float sf;
     return pk == PEAK_A8    ? epyq_w4_peak_dpbusd_avx512vnni(iters, &si)
            : pk == PEAK_A16 ? epyq_w4_peak_dpwssd_avx512vnni(iters, &si)
+           : pk == PEAK_AMX ? epyq_w4_peak_tdpbssd_amx(iters, &si)
                             : epyq_w4_peak_dpbf16_avx512bf16(iters, &sf);
 }
 
@@ -522,6 +530,15 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
     if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A8] = time_peak(PEAK_A8);
     if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A16] = time_peak(PEAK_A16);
     if (kt->isa >= EPYQ_ISA_AVX512_BF16) lim->peak[PEAK_BF16] = time_peak(PEAK_BF16);
+    double amx = 0;
+    if (kt->isa >= EPYQ_ISA_AVX512_AMX) {
+        /* The int4 cores run on tiles from 16 activation rows: judge those rows against the
+         * tiles. A8 uses every byte product; A16 needs two tile multiplies per 64 bytes of
+         * int16 of which half the products are with zero bytes (w4_amx.c), so 1/4. */
+        amx = time_peak(PEAK_AMX);
+        lim->peak[PEAK_AMX] = amx;
+        lim->peak[PEAK_AMX_A16] = amx / 4;
+    }
     if (!o->json) {
         printf("# benchmarks/kernels: table %s (host %s), reps %d, working set %zu MiB per row\n",
                kt->name, epyq_isa_name(epyq_cpu_isa()), o->reps, o->ws_bytes >> 20);
@@ -531,6 +548,10 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
         printf("# peak per thread: VPDPBUSD %.1f GOPS, VPDPWSSD %.1f GOPS, VDPBF16PS %.1f GFLOPS "
                "(register-only, 0 = not on this table)\n",
                lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9);
+        if (amx > 0)
+            printf("# peak per thread: AMX TDPBSSD %.1f GOPS; int4 rows with m >= 16 run on tiles "
+                   "and are judged against it (A8) and a quarter of it (A16)\n",
+                   amx / 1e9);
     } else {
         for (int i = 0; i < o->n_threads; i++)
             printf("{\"kernel\":\"read_bw\",\"shape\":\"%zuMiB\",\"m\":0,\"threads\":%d,"

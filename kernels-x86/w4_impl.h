@@ -120,5 +120,7 @@ EPYQ_DECLARE_W4(amx);
 uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink);
 uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink);
 uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink);
+/* The same for AMX (kernels-x86/avx512/w4_amx.c): 4 independent TDPBSSD per round. */
+uint64_t epyq_w4_peak_tdpbssd_amx(uint64_t iters, int32_t *sink);
 
 #endif

@@ -225,3 +225,32 @@ static const epyq_w4_cores cores_amx = {epyq_w4_core_a8_amx, epyq_w4_core_a16_am
                                         epyq_act_prep_avx512};
 
 EPYQ_DEFINE_W4(amx, cores_amx)
+
+/* Register-only AMX peak for benchmarks/kernels: 4 independent TDPBSSD (C 0..3 from A 4..5 x
+ * B 6..7, full 16 x 64-byte tiles) per iteration; returns the int8 operations executed (a
+ * multiply-add counts 2). */
+uint64_t epyq_w4_peak_tdpbssd_amx(uint64_t iters, int32_t *sink) {
+    static _Thread_local _Alignas(64) int8_t src[16 * 64];
+    static _Thread_local _Alignas(64) int32_t out[16][16];
+    memset(src, 1, sizeof src);
+    amx_config(16, 16);
+    _tile_loadd(4, src, 64);
+    _tile_loadd(5, src, 64);
+    _tile_loadd(6, src, 64);
+    _tile_loadd(7, src, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (uint64_t it = 0; it < iters; it++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    *sink = out[0][0];
+    _tile_stored(3, out, 64);
+    *sink += out[15][15];
+    return iters * 4u * 16u * 16u * 64u * 2u;
+}
