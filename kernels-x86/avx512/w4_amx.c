@@ -108,11 +108,64 @@ W4_INLINE void amx_unpack_b(const uint8_t *rec, int32_t bpg, size_t rb,
     }
 }
 
+/* Zero tile set `set`'s C tiles (0, 1 or 2, 3) and multiply the 16-row activation block at
+ * a0 (row stride lda) by every chunk of the group's B tiles into them (A tile 4 or 5). */
+W4_INLINE void amx_issue_set(const int set, const uint8_t *a0, size_t lda,
+                             uint8_t (*bt)[AMX_GS_MAX / 32][16 * 64], int32_t nkc, const int A8) {
+#define AMX_ISSUE(CL, CH, TA)                                                                    \
+    do {                                                                                         \
+        _tile_zero(CL);                                                                          \
+        if (!A8) _tile_zero(CH);                                                                 \
+        for (int32_t c = 0; c < nkc; c++) {                                                      \
+            _tile_loadd(6, bt[0][c], 64);                                                        \
+            if (!A8) _tile_loadd(7, bt[1][c], 64);                                               \
+            _tile_loadd(TA, a0 + (size_t)c * 64, lda);                                           \
+            if (A8) {                                                                            \
+                _tile_dpbssd(CL, TA, 6);                                                         \
+            } else {                                                                             \
+                _tile_dpbusd(CL, TA, 6);                                                         \
+                _tile_dpbssd(CH, TA, 7);                                                         \
+            }                                                                                    \
+        }                                                                                        \
+    } while (0)
+    if (set)
+        AMX_ISSUE(2, 3, 5);
+    else
+        AMX_ISSUE(0, 1, 4);
+#undef AMX_ISSUE
+}
+
+/* Store tile set `set`'s C tiles to cb[0] (lo / the A8 dot) and cb[1] (hi). */
+W4_INLINE void amx_store(const int set, int32_t (*cb)[16][16], const int A8) {
+    if (set) {
+        _tile_stored(2, cb[0], 64);
+        if (!A8) _tile_stored(3, cb[1], 64);
+    } else {
+        _tile_stored(0, cb[0], 64);
+        if (!A8) _tile_stored(1, cb[1], 64);
+    }
+}
+
+/* Fold one block's stored dots of group g into its rows' accumulators fr[0 .. rows): the
+ * ref twin's epilogue. Activation row t0 + r, group column gx of the prepared steps/sums. */
+W4_INLINE void amx_fold(int32_t (*cb)[16][16], float (*fr)[W4_TILE], int rows, int32_t t0,
+                        int32_t Gx, int32_t gx, const uint8_t *rec, int32_t bpg,
+                        const uint8_t *zeros, int32_t g, const float *xd, const int32_t *xsum,
+                        const int A8) {
+    for (int r = 0; r < rows; r++) {
+        __m512i dot = _mm512_load_si512(cb[0][r]);
+        if (!A8) dot = _mm512_add_epi32(dot, _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8));
+        const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)gx;
+        _mm512_store_ps(fr[r], w4_int_epilogue(_mm512_load_ps(fr[r]), rec, bpg, zeros, g, dot,
+                                               xd[tg], xsum[tg]));
+    }
+}
+
 /* The core of either path (A8 a compile-time constant): a w4_core_fn. */
 W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, int32_t g1,
                         const epyq_act *x, float *y, int32_t ldy, const float *rw, const int A8) {
     static _Thread_local _Alignas(64) uint8_t bt[2][AMX_GS_MAX / 32][16 * 64];
-    static _Thread_local _Alignas(64) int32_t cbuf[4][16][16]; /* C tiles 0..3 */
+    static _Thread_local _Alignas(64) int32_t cbuf[2][2][16][16]; /* [set][lo, hi] */
     static _Thread_local _Alignas(64) float f[AMX_ROWS_CHUNK][W4_TILE];
 
     const uint8_t *xq;
@@ -141,57 +194,37 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
             for (int32_t g = g0; g < g1; g++) {
                 const uint8_t *rec = tp + (size_t)g * rb;
                 amx_unpack_b(rec, bpg, rb, bt, A8);
-                for (int32_t t0 = tc0; t0 < tc1; t0 += 32) {
-                    const int r0 = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16;
-                    const int r1 = tc1 - t0 - r0 < 16 ? (int)(tc1 - t0 - r0) : 16;
-                    amx_config(r0, r1);
+                /* Blocks of 16 rows alternate between two tile sets, and a block's
+                 * epilogue runs after the next block's multiplies are issued, so the
+                 * vector units fold one block while the tiles multiply the next. */
+                int pend = 0, pend_set = 0, pend_rows = 0;
+                int32_t pend_t0 = 0;
+                for (int32_t t0 = tc0, i = 0; t0 < tc1; t0 += 16, i++) {
+                    const int rows = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16, set = i & 1;
+                    const int key = (set ? 16 : rows) * 32 + (set ? rows : 16);
+                    if (key != cfg_loaded) { /* loading a configuration clears the tiles */
+                        if (pend) {
+                            amx_store(pend_set, cbuf[pend_set], A8);
+                            amx_fold(cbuf[pend_set], &f[pend_t0 - tc0], pend_rows, pend_t0, Gx,
+                                     g - g0, rec, bpg, zeros, g, xd, xsum, A8);
+                            pend = 0;
+                        }
+                        amx_config(set ? 16 : rows, set ? rows : 16);
+                    }
                     const uint8_t *a0 =
-                        xq +
-                        ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) * (A8 ? 1u : 2u);
-                    _tile_zero(0);
-                    if (!A8) _tile_zero(1);
-                    if (r1) {
-                        _tile_zero(2);
-                        if (!A8) _tile_zero(3);
+                        xq + ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) * (A8 ? 1u : 2u);
+                    amx_issue_set(set, a0, lda, bt, nkc, A8);
+                    if (pend) {
+                        amx_store(pend_set, cbuf[pend_set], A8);
+                        amx_fold(cbuf[pend_set], &f[pend_t0 - tc0], pend_rows, pend_t0, Gx, g - g0,
+                                 rec, bpg, zeros, g, xd, xsum, A8);
                     }
-                    for (int32_t c = 0; c < nkc; c++) {
-                        _tile_loadd(6, bt[0][c], 64);
-                        if (!A8) _tile_loadd(7, bt[1][c], 64);
-                        _tile_loadd(4, a0 + (size_t)c * 64, lda);
-                        if (A8) {
-                            _tile_dpbssd(0, 4, 6);
-                        } else {
-                            _tile_dpbusd(0, 4, 6);
-                            _tile_dpbssd(1, 4, 7);
-                        }
-                        if (r1) {
-                            _tile_loadd(5, a0 + 16 * lda + (size_t)c * 64, lda);
-                            if (A8) {
-                                _tile_dpbssd(2, 5, 6);
-                            } else {
-                                _tile_dpbusd(2, 5, 6);
-                                _tile_dpbssd(3, 5, 7);
-                            }
-                        }
-                    }
-                    _tile_stored(0, cbuf[0], 64);
-                    if (!A8) _tile_stored(1, cbuf[1], 64);
-                    if (r1) {
-                        _tile_stored(2, cbuf[2], 64);
-                        if (!A8) _tile_stored(3, cbuf[3], 64);
-                    }
-                    for (int r = 0; r < r0 + r1; r++) {
-                        const int blk = r / 16, rr = r % 16;
-                        __m512i dot = _mm512_load_si512(cbuf[2 * blk][rr]);
-                        if (!A8)
-                            dot = _mm512_add_epi32(
-                                dot,
-                                _mm512_slli_epi32(_mm512_load_si512(cbuf[2 * blk + 1][rr]), 8));
-                        const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-                        float *fr = f[t0 - tc0 + r];
-                        _mm512_store_ps(fr, w4_int_epilogue(_mm512_load_ps(fr), rec, bpg, zeros, g,
-                                                            dot, xd[tg], xsum[tg]));
-                    }
+                    pend = 1, pend_set = set, pend_rows = rows, pend_t0 = t0;
+                }
+                if (pend) {
+                    amx_store(pend_set, cbuf[pend_set], A8);
+                    amx_fold(cbuf[pend_set], &f[pend_t0 - tc0], pend_rows, pend_t0, Gx, g - g0, rec,
+                             bpg, zeros, g, xd, xsum, A8);
                 }
             }
             const int32_t lo = tile * W4_TILE > n0 ? tile * W4_TILE : n0;
