@@ -112,24 +112,23 @@ W4_INLINE void amx_unpack_b(const uint8_t *rec, int32_t bpg, size_t rb,
  * a0 (row stride lda) by every chunk of the group's B tiles into them (A tile 4 or 5). */
 W4_INLINE void amx_issue_set(const int set, const uint8_t *a0, size_t lda,
                              uint8_t (*bt)[AMX_GS_MAX / 32][16 * 64], int32_t nkc, const int A8) {
-#define AMX_ISSUE(CL, CH, TA)                                                                    \
-    do {                                                                                         \
-        _tile_zero(CL);                                                                          \
-        if (!A8) _tile_zero(CH);                                                                 \
-        for (int32_t c = 0; c < nkc; c++) {                                                      \
-            _tile_loadd(6, bt[0][c], 64);                                                        \
-            if (!A8) _tile_loadd(7, bt[1][c], 64);                                               \
-            _tile_loadd(TA, a0 + (size_t)c * 64, lda);                                           \
-            if (A8) {                                                                            \
-                _tile_dpbssd(CL, TA, 6);                                                         \
-            } else {                                                                             \
-                _tile_dpbusd(CL, TA, 6);                                                         \
-                _tile_dpbssd(CH, TA, 7);                                                         \
-            }                                                                                    \
-        }                                                                                        \
+#define AMX_ISSUE(CL, CH, TA)                                                                      \
+    do {                                                                                           \
+        _tile_zero(CL);                                                                            \
+        if (!A8) _tile_zero(CH);                                                                   \
+        for (int32_t c = 0; c < nkc; c++) {                                                        \
+            _tile_loadd(6, bt[0][c], 64);                                                          \
+            if (!A8) _tile_loadd(7, bt[1][c], 64);                                                 \
+            _tile_loadd(TA, a0 + (size_t)c * 64, lda);                                             \
+            if (A8) {                                                                              \
+                _tile_dpbssd(CL, TA, 6);                                                           \
+            } else {                                                                               \
+                _tile_dpbusd(CL, TA, 6);                                                           \
+                _tile_dpbssd(CH, TA, 7);                                                           \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
-    if (set)
-        AMX_ISSUE(2, 3, 5);
+    if (set) AMX_ISSUE(2, 3, 5);
     else
         AMX_ISSUE(0, 1, 4);
 #undef AMX_ISSUE
@@ -212,7 +211,8 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
                         amx_config(set ? 16 : rows, set ? rows : 16);
                     }
                     const uint8_t *a0 =
-                        xq + ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) * (A8 ? 1u : 2u);
+                        xq +
+                        ((size_t)t0 * (size_t)kx + (size_t)(g - g0) * (size_t)gs) * (A8 ? 1u : 2u);
                     amx_issue_set(set, a0, lda, bt, nkc, A8);
                     if (pend) {
                         amx_store(pend_set, cbuf[pend_set], A8);
