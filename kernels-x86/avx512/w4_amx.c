@@ -56,17 +56,26 @@ typedef struct {
     uint8_t rows[16];
 } amx_cfg;
 
-/* The configuration this thread has loaded: rows of the two activation blocks. A thread
- * loads one whenever it needs other rows (the last, partial block of a call). */
+/* The configuration this thread has loaded (amx_key). A thread loads another whenever it
+ * needs other rows (the last, partial block of a call) or the other path's layout. */
 static _Thread_local int cfg_loaded = -1;
 
-static void amx_config(int r0, int r1) {
-    const int key = r0 * 32 + r1;
+static int amx_key(int r0, int r1, int a8) { return a8 * 1024 + r0 * 32 + r1; }
+
+/* Tile rows for activation blocks of r0 (set 0) and r1 (set 1) rows. Layouts:
+ *   A16: C 0, 1 = lo, hi of set 0; C 2, 3 = set 1; A 4 / 5 = set 0 / 1; B 6, 7 = B_lo, B_hi
+ *        of the chunk (reloaded per chunk: a group has up to 8 B tiles);
+ *   A8:  C 0 / 1 = set 0 / 1; A 2, 3 = chunks 0, 1 of set 0, A 4, 5 of set 1; B 6, 7 = the
+ *        group's (at most 2) chunks, loaded once per group and kept while every block
+ *        multiplies them, so no tile a multiply reads is reloaded behind it. */
+static void amx_config(int r0, int r1, int a8) {
+    const int key = amx_key(r0, r1, a8);
     if (key == cfg_loaded) return;
     _Alignas(64) amx_cfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    const int rows[8] = {r0, r0, r1, r1, r0, r1, 16, 16};
+    const int r16[8] = {r0, r0, r1, r1, r0, r1, 16, 16}, r8[8] = {r0, r1, r0, r0, r1, r1, 16, 16};
+    const int *rows = a8 ? r8 : r16;
     for (int t = 0; t < 8; t++)
         if (rows[t]) {
             c.rows[t] = (uint8_t)rows[t];
@@ -128,15 +137,43 @@ W4_INLINE void amx_issue_set(const int set, const uint8_t *a0, size_t lda,
             }                                                                                      \
         }                                                                                          \
     } while (0)
-    if (set) AMX_ISSUE(2, 3, 5);
-    else
+    if (A8) {
+        if (set) {
+            _tile_zero(1);
+            _tile_loadd(4, a0, lda);
+            if (nkc > 1) _tile_loadd(5, a0 + 64, lda);
+            _tile_dpbssd(1, 4, 6);
+            if (nkc > 1) _tile_dpbssd(1, 5, 7);
+        } else {
+            _tile_zero(0);
+            _tile_loadd(2, a0, lda);
+            if (nkc > 1) _tile_loadd(3, a0 + 64, lda);
+            _tile_dpbssd(0, 2, 6);
+            if (nkc > 1) _tile_dpbssd(0, 3, 7);
+        }
+    } else if (set) {
+        AMX_ISSUE(2, 3, 5);
+    } else {
         AMX_ISSUE(0, 1, 4);
+    }
 #undef AMX_ISSUE
+}
+
+/* A8: the group's B tiles into 6, 7 (after unpacking, and again after a configuration
+ * load, which clears the tiles). */
+W4_INLINE void amx_load_b8(uint8_t (*bt)[AMX_GS_MAX / 32][16 * 64], int32_t nkc) {
+    _tile_loadd(6, bt[0][0], 64);
+    if (nkc > 1) _tile_loadd(7, bt[0][1], 64);
 }
 
 /* Store tile set `set`'s C tiles to cb[0] (lo / the A8 dot) and cb[1] (hi). */
 W4_INLINE void amx_store(const int set, int32_t (*cb)[16][16], const int A8) {
-    if (set) {
+    if (A8) {
+        if (set)
+            _tile_stored(1, cb[0], 64);
+        else
+            _tile_stored(0, cb[0], 64);
+    } else if (set) {
         _tile_stored(2, cb[0], 64);
         if (!A8) _tile_stored(3, cb[1], 64);
     } else {
@@ -193,6 +230,7 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
             for (int32_t g = g0; g < g1; g++) {
                 const uint8_t *rec = tp + (size_t)g * rb;
                 amx_unpack_b(rec, bpg, rb, bt, A8);
+                if (A8 && cfg_loaded / 1024 == 1) amx_load_b8(bt, nkc);
                 /* Blocks of 16 rows alternate between two tile sets, and a block's
                  * epilogue runs after the next block's multiplies are issued, so the
                  * vector units fold one block while the tiles multiply the next. */
@@ -200,7 +238,7 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
                 int32_t pend_t0 = 0;
                 for (int32_t t0 = tc0, i = 0; t0 < tc1; t0 += 16, i++) {
                     const int rows = tc1 - t0 < 16 ? (int)(tc1 - t0) : 16, set = i & 1;
-                    const int key = (set ? 16 : rows) * 32 + (set ? rows : 16);
+                    const int key = amx_key(set ? 16 : rows, set ? rows : 16, A8);
                     if (key != cfg_loaded) { /* loading a configuration clears the tiles */
                         if (pend) {
                             amx_store(pend_set, cbuf[pend_set], A8);
@@ -208,7 +246,8 @@ W4_INLINE void amx_core(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, in
                                      g - g0, rec, bpg, zeros, g, xd, xsum, A8);
                             pend = 0;
                         }
-                        amx_config(set ? 16 : rows, set ? rows : 16);
+                        amx_config(set ? 16 : rows, set ? rows : 16, A8);
+                        if (A8) amx_load_b8(bt, nkc);
                     }
                     const uint8_t *a0 =
                         xq +
@@ -266,7 +305,7 @@ uint64_t epyq_w4_peak_tdpbssd_amx(uint64_t iters, int32_t *sink) {
     static _Thread_local _Alignas(64) int8_t src[16 * 64];
     static _Thread_local _Alignas(64) int32_t out[16][16];
     memset(src, 1, sizeof src);
-    amx_config(16, 16);
+    amx_config(16, 16, 0);
     _tile_loadd(4, src, 64);
     _tile_loadd(5, src, 64);
     _tile_loadd(6, src, 64);
