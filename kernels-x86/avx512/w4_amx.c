@@ -169,8 +169,7 @@ W4_INLINE void amx_load_b8(uint8_t (*bt)[AMX_GS_MAX / 32][16 * 64], int32_t nkc)
 /* Store tile set `set`'s C tiles to cb[0] (lo / the A8 dot) and cb[1] (hi). */
 W4_INLINE void amx_store(const int set, int32_t (*cb)[16][16], const int A8) {
     if (A8) {
-        if (set)
-            _tile_stored(1, cb[0], 64);
+        if (set) _tile_stored(1, cb[0], 64);
         else
             _tile_stored(0, cb[0], 64);
     } else if (set) {
