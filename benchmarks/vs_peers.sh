@@ -3,7 +3,7 @@
 #
 #   benchmarks/vs_peers.sh --peers DIR [--layers N] [--rounds R] [-r REPS] [-t THREADS]
 #                          [--prompts 512] [--gen N] [--batches 1,8,32] [--requant SPEC]...
-#                          [--paths a8[,a8all]] [--work DIR]
+#                          [--paths a8[,a8all]] [--work DIR] [--peer-timeout SEC]
 #
 # DIR holds the peers built outside the repository by ../shared/peers/build.sh:
 # DIR/llama.cpp and DIR/ik_llama.cpp (each with build/bin/llama-bench and a SNAPSHOT file). The
@@ -21,9 +21,12 @@
 # never copied. With 40 layers the epyq files and the GGUF do not fit in the page cache
 # together, so each program reloads from disk (a few minutes each on this VM).
 # --prompts takes a list (512,4096): every program runs each prompt length.
+# --peer-timeout (default 1800 s) stops a peer command that runs longer: ik_llama.cpp's batched
+# bench at B = 32 on this shape has fallen back to one token at a time and run for hours; its
+# finished rows are kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-peers='' layers=8 rounds=3 reps=3 threads=2 gen=128 batches=1,8,32 requants=() work='' prompts=512 paths=a8
+peers='' ptimeout=1800 layers=8 rounds=3 reps=3 threads=2 gen=128 batches=1,8,32 requants=() work='' prompts=512 paths=a8
 while [ $# -gt 0 ]; do
   case "$1" in
     --peers) peers=$2; shift 2 ;;
@@ -37,7 +40,8 @@ while [ $# -gt 0 ]; do
     --batches) batches=$2; shift 2 ;;
     --requant) requants+=("$2"); shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --peer-timeout) ptimeout=$2; shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_peers: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -78,15 +82,15 @@ for r in $(seq 1 "$rounds"); do
     "$epyq" bench -m "$model" -p 0 -n "$gen" -t "$threads" -r "$reps" -o jsonl --requant "${requants[$i]}" \
       >"$out/epyq-rq$i-$r.jsonl" 2>"$out/epyq-rq$i-$r.err"
   done
-  "$peers/ik_llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -rtr 1 -o json \
+  timeout "$ptimeout" "$peers/ik_llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -rtr 1 -o json \
     >"$out/ik-$r.json" 2>"$out/ik-$r.err" || echo "vs_peers: ik_llama.cpp llama-bench failed (exit $?, see $out/ik-$r.err)" >&2
-  "$peers/llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" "${nommap[@]}" -o jsonl \
+  timeout "$ptimeout" "$peers/llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" "${nommap[@]}" -o jsonl \
     >"$out/llama-$r.jsonl" 2>"$out/llama-$r.err" || echo "vs_peers: llama.cpp llama-bench failed (exit $?, see $out/llama-$r.err)" >&2
   for p in ik_llama.cpp llama.cpp; do
     bb=$peers/$p/build/bin/llama-batched-bench
     [ -x "$bb" ] || continue
     extra=; [ "$p" = ik_llama.cpp ] && extra=-rtr
-    "$bb" -m "$gguf" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$gen" -npl "$batches" -t "$threads" $extra \
+    timeout "$ptimeout" "$bb" -m "$gguf" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$gen" -npl "$batches" -t "$threads" $extra \
       >"$out/${p%%.*}-batched-$r.txt" 2>"$out/${p%%.*}-batched-$r.err" || true
   done
 done
