@@ -22,8 +22,8 @@
 # together, so each program reloads from disk (a few minutes each on this VM).
 # --prompts takes a list (512,4096): every program runs each prompt length.
 # --peer-timeout (default 1800 s) stops a peer command that runs longer: ik_llama.cpp's batched
-# bench at B = 32 on this shape has fallen back to one token at a time and run for hours; its
-# finished rows are kept.
+# bench at B = 32 on this shape has fallen back to one token at a time and had to be stopped by
+# hand; its finished rows are kept.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 peers='' ptimeout=1800 layers=8 rounds=3 reps=3 threads=2 gen=128 batches=1,8,32 requants=() work='' prompts=512 paths=a8
@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
     *) echo "vs_peers: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
+case $ptimeout in ''|*[!0-9]*|0) echo "vs_peers: --peer-timeout wants whole seconds > 0, got '$ptimeout'" >&2; exit 2 ;; esac
 [ -n "$peers" ] || { echo "vs_peers: --peers DIR is required (see ../shared/peers/README.md)" >&2; exit 2; }
 work=${work:-$peers}
 epyq=$here/epyq
