@@ -109,6 +109,11 @@ LONG=$SPID
 metric() { curl -s -m 10 "$URL/metrics" | sed -n "s/^$1 //p"; }
 LB='"max_tokens":60000,"ignore_eos":true'
 curl -sN -m 60 "$URL/v1/completions" -d "{\"prompt\":\"Long\",$LB,\"stream\":true}" 2>/dev/null | head -c 200 >/dev/null
+# The stream must be seen cancelled before the plain request starts: otherwise "running 1"
+# below can be the stream itself, and the plain curl is killed before the server has seen it
+# (on a loaded machine it then never counts as cancelled).
+i=0
+while [ $i -lt 500 ] && [ "$(metric epyq_requests_cancelled_total)" != 1 ]; do sleep 0.02; i=$((i + 1)); done
 curl -s -m 60 "$URL/v1/completions" -d "{\"prompt\":\"Long\",$LB}" >/dev/null 2>&1 &
 CP=$!
 i=0 # until the plain request generates
