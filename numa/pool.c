@@ -57,6 +57,7 @@ struct epyq_pool {
     bool pinned_creator;                    /* worker 0 pinned the creating thread */
     pthread_t creator;
     cpu_set_t creator_mask;                 /* affinity to restore at free */
+    uint64_t runs, wait_ns;                 /* driver only: runs waited on, ns spent waiting */
 };
 
 /* Pool threads alive in the process; when they outnumber usable CPUs spinning is harmful. */
@@ -329,6 +330,23 @@ void epyq_pool_start(epyq_pool *p, epyq_task_fn fn, void *ctx, int32_t n_tasks) 
     if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen, INT_MAX);
 }
 
+/* The driver's wait for the workers still in the run: spin, then sleep. */
+static void wait_pending(epyq_pool *p) {
+    unsigned v;
+    int64_t budget = effective_spin_ns(p);
+    int64_t deadline = budget > 0 ? now_ns() + budget : 0;
+    while (budget > 0) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        }
+        if (now_ns() >= deadline) break;
+    }
+    atomic_store(&p->driver_sleeping, 1);
+    while ((v = atomic_load(&p->pending)) != 0) futex_wait(&p->pending, v);
+    atomic_store(&p->driver_sleeping, 0);
+}
+
 void epyq_pool_wait(epyq_pool *p) {
     if (!p->running) return;
     p->running = false;
@@ -343,20 +361,17 @@ void epyq_pool_wait(epyq_pool *p) {
         tls_worker = saved_w;
         return;
     }
+    p->runs++;
     unsigned v = atomic_load_explicit(&p->pending, memory_order_acquire);
     if (v == 0) return;
-    int64_t budget = effective_spin_ns(p);
-    int64_t deadline = budget > 0 ? now_ns() + budget : 0;
-    while (budget > 0) {
-        for (int i = 0; i < 64; i++) {
-            cpu_relax();
-            if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
-        }
-        if (now_ns() >= deadline) break;
-    }
-    atomic_store(&p->driver_sleeping, 1);
-    while ((v = atomic_load(&p->pending)) != 0) futex_wait(&p->pending, v);
-    atomic_store(&p->driver_sleeping, 0);
+    int64_t t0 = now_ns();
+    wait_pending(p);
+    p->wait_ns += (uint64_t)(now_ns() - t0);
+}
+
+void epyq_pool_stats(const epyq_pool *p, uint64_t *runs, uint64_t *wait_ns) {
+    *runs = p->runs;
+    *wait_ns = p->wait_ns;
 }
 
 void epyq_pool_run(epyq_pool *p, epyq_task_fn fn, void *ctx, int32_t n_tasks) {

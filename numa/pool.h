@@ -55,4 +55,9 @@ void epyq_pool_run(epyq_pool *p, epyq_task_fn fn, void *ctx, int32_t n_tasks);
 void epyq_pool_start(epyq_pool *p, epyq_task_fn fn, void *ctx, int32_t n_tasks);
 void epyq_pool_wait(epyq_pool *p);
 
+/* Since the pool was created: the runs its driver collected (threaded runs only) and the ns
+ * the driver spent waiting at their ends for workers still busy (imbalance, late wake-ups).
+ * Read by the driver thread. */
+void epyq_pool_stats(const epyq_pool *p, uint64_t *runs, uint64_t *wait_ns);
+
 #endif

@@ -52,6 +52,7 @@ typedef struct {
     epyq_requant draft_head;       /* --draft-head */
     int32_t draft_vocab;           /* --draft-vocab (0: the whole vocabulary) */
     size_t membw_bytes;
+    bool profile;       /* --profile: the timed runs' forward time by block, on stderr */
     bool ep;            /* --ep */
     const epyq_ep *epc; /* its ranks; NULL without --ep */
 } opts;
@@ -97,6 +98,8 @@ static void usage(FILE *f) {
         "                           16-bit linears requantised at load (default: exact)\n"
         "  --membw-mb N             buffer for the read-bandwidth probe (default 1024)\n"
         "  --no-warmup              skip the untimed warm-up run\n"
+        "  --profile                after each test, where its forward calls spent their time\n"
+        "                           (ms per call by block, the pool's driver waits) on stderr\n"
         "  --numa MODE              auto|off|distribute|...: routed experts on the NUMA plan's\n"
         "                           node pools (numa/README.md); default: one pool\n"
         "  --numa-split N           the same on N logical nodes of this machine\n"
@@ -134,6 +137,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV},
                                        {"membw-mb", required_argument, 0, 'W'},
                                        {"no-warmup", no_argument, 0, 'N'},
+                                       {"profile", no_argument, 0, 'F'},
                                        {"help", no_argument, 0, 'h'},
                                        {"numa", required_argument, 0, EPYQ_TOOL_O_NUMA},
                                        {"numa-split", required_argument, 0, EPYQ_TOOL_O_SPLIT},
@@ -252,6 +256,7 @@ static int parse(int argc, char **argv, opts *o) {
             o->draft_vocab = (int32_t)v;
             break;
         }
+        case 'F': o->profile = true; break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "epyq bench: bad option (try --help)\n"); return 2;
         }
@@ -357,6 +362,32 @@ static double timed_tg(bench_ctx *c, int n, int B, int rep, epyq_err *err) {
     double dt = run_tg(c, n, B, err);
     epyq_bench_progress_done(c->pg, dt);
     return dt;
+}
+
+/* --profile: start counting before a test's timed runs ... */
+static void profile_begin(const bench_ctx *c) {
+    if (c->o->profile && !epyq_model_prof_enable(c->m, true))
+        fprintf(stderr, "epyq bench: --profile: out of memory; no profile for this test\n");
+}
+
+/* ... and print them after: ms per forward call by block over `secs` of timed runs. */
+static void profile_end(const bench_ctx *c, const char *test, double secs) {
+    epyq_prof pf;
+    if (!c->o->profile || !epyq_model_prof_read(c->m, &pf)) return;
+    epyq_model_prof_enable(c->m, false);
+    double n = pf.forwards ? (double)pf.forwards : 1.0, sum = 0;
+    for (int ph = 0; ph < EPYQ_PROF_N; ph++) sum += (double)pf.ns[ph];
+    fprintf(stderr,
+            "profile %s: %.0f forward calls, %.3f ms each (%.1f%% of it in the blocks below)\n",
+            test, n, 1e3 * secs / n, secs > 0 ? 100.0 * sum / 1e9 / secs : 0.0);
+    for (int ph = 0; ph < EPYQ_PROF_N; ph++)
+        if (pf.ns[ph])
+            fprintf(stderr, "  %-14s %9.3f ms %5.1f%%\n", epyq_prof_phase_name((epyq_prof_phase)ph),
+                    (double)pf.ns[ph] / 1e6 / n, sum > 0 ? 100.0 * (double)pf.ns[ph] / sum : 0.0);
+    fprintf(
+        stderr,
+        "  pool: %.1f runs per call; the driver waited %.3f ms per call for the other workers\n",
+        (double)pf.pool_runs / n, (double)pf.pool_wait_ns / 1e6 / n);
 }
 
 static void stats(const double *v, int n, double *mean, double *sd) {
@@ -502,10 +533,13 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         if (n == 0) continue;
         if (o->warmup && timed_pp(&c, n, 0, err) < 0) st = err->code;
         if (o->epc) epyq_tool_ep_reset(o->epc); /* the report covers the timed runs */
+        double timed = 0;
+        profile_begin(&c);
         for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
             double dt = timed_pp(&c, n, k + 1, err);
             if (dt < 0) st = err->code;
-            else samples[k] = n / dt, gbs[k] = c.bytes / dt / 1e9;
+            else
+                samples[k] = n / dt, gbs[k] = c.bytes / dt / 1e9, timed += dt;
             probes[k] = probe_gbps(o, threads);
         }
         if (st != EPYQ_OK) break;
@@ -519,6 +553,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         epyq_bench_progress_clear(pg);
         print_row(o->out, &r, *first);
         *first = false;
+        profile_end(&c, r.test, timed);
         if (o->epc) epyq_tool_ep_report(o->epc, r.test, 0, 0);
     }
     for (int i = 0; st == EPYQ_OK && i < o->n_tg; i++) {
@@ -542,6 +577,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             }
             double ep_tok = 0, ep_s = 0; /* --ep: decode tokens and seconds of the timed runs */
             if (o->epc) epyq_tool_ep_reset(o->epc);
+            if (!K) profile_begin(&c);
             for (int k = 0; st == EPYQ_OK && k < o->reps; k++) {
                 if (K) {
                     epyq_bench_progress_start(pg, k + 1, o->reps);
@@ -578,6 +614,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             epyq_bench_progress_clear(pg);
             print_row(o->out, &r, *first);
             *first = false;
+            if (!K) profile_end(&c, r.test, ep_s);
             if (o->epc) {
                 char what[96];
                 snprintf(what, sizeof what, "%s%s%s", r.test, K ? " " : "", K ? r.spec : "");

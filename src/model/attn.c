@@ -124,9 +124,11 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = qg && kk && vv && o ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
     if (st != EPYQ_OK) goto done;
+    uint64_t t0 = epyq_prof_mark(m);
     if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
     const epyq_rlin_out proj[] = {{&a->q, qg, qd}, {&a->k, kk, kvd}, {&a->v, vv, kvd}};
     epyq_rlin_run_many(m, proj, 3, &act);
+    epyq_prof_add(m, EPYQ_PROF_ATTN_PROJ, &t0);
     /* fp8 caches are widened per (token, kv head) into per-worker scratch */
     int32_t max_n = 0;
     bool fp8 = false;
@@ -150,8 +152,10 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     attn_job j = {m, ly, p, qg, kk, vv, o, tmp, p->n_groups == T};
     if (!j.fused) run_kv_heads(m, prep_task, &j, NULL);
     run_kv_heads(m, attn_task, &j, attn_bytes);
+    epyq_prof_add(m, EPYQ_PROF_ATTN_CORE, &t0);
     if ((st = epyq_rlin_act(m, o, T, m->d.nq * hd, &oact, &obuf, err)) != EPYQ_OK) goto done;
     epyq_rlin_run(m, &a->o, &oact, out, m->d.H);
+    epyq_prof_add(m, EPYQ_PROF_ATTN_OUT, &t0);
 done:
     for (int32_t w = 0; tmp && w < epyq_numa_workers(m); w++) free(tmp[w]);
     free(tmp), free(abuf), free(obuf), free(qg), free(kk), free(vv), free(o);

@@ -331,10 +331,12 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
     /* the job is whole before the first exit: done frees its chunked scratch */
     gdn_job j = {m, ly, p, u, gl, beta, o, z, chunked, NULL, 0};
     if (st != EPYQ_OK) goto done;
+    uint64_t t0 = epyq_prof_mark(m);
     if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
     const epyq_rlin_out proj[] = {
         {&gw->qkv, u, cd}, {&gw->z, z, vd}, {&gw->b, ba, 2 * Hv}, {&gw->a, ba + Hv, 2 * Hv}};
     epyq_rlin_run_many(m, proj, 4, &act);
+    epyq_prof_add(m, EPYQ_PROF_GDN_PROJ, &t0);
     int32_t max_rows = 0;
     for (int32_t grp = 0; grp < p->n_groups; grp++) {
         int32_t rows = p->grp_off[grp + 1] - p->grp_off[grp];
@@ -364,10 +366,12 @@ epyq_status epyq_gdn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_ba
         epyq_pool_run(m->pool, prep_task, &pj, p->n_groups * m->d.Hk);
     if (!epyq_numa_run_heads(m, EPYQ_NUMA_HEAD_VALUE, gdn_task, &j, p->n_groups, gdn_bytes))
         epyq_pool_run(m->pool, gdn_task, &j, p->n_groups * Hv);
+    epyq_prof_add(m, EPYQ_PROF_GDN_CORE, &t0);
     st = epyq_rlin_act(m, o, T, vd, &oact, &obuf, err);
     free(j.work), j.work = NULL; /* the scratch goes before the out projection, as it always did */
     if (st != EPYQ_OK) goto done;
     epyq_rlin_run(m, &gw->out, &oact, out, m->d.H);
+    epyq_prof_add(m, EPYQ_PROF_GDN_OUT, &t0);
 done:
     free(j.work);
     free(abuf), free(obuf), free(u), free(z), free(o), free(ba), free(gl), free(beta), free(chunked);

@@ -23,23 +23,78 @@ void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, 
     }
 }
 
+typedef struct {
+    void (*fn)(void *ctx, int32_t r0, int32_t r1);
+    void *ctx;
+    int32_t n, per;
+} rows_job;
+
+static void rows_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const rows_job *j = ctx;
+    int32_t r0 = task * j->per, r1 = r0 + j->per < j->n ? r0 + j->per : j->n;
+    j->fn(j->ctx, r0, r1);
+}
+
+void epyq_model_rows_run(epyq_model *m, int32_t n, int32_t min_rows,
+                         void (*fn)(void *ctx, int32_t r0, int32_t r1), void *ctx) {
+    if (n <= 0) return;
+    if (!m->pool || m->n_threads <= 1 || n < min_rows) {
+        fn(ctx, 0, n);
+        return;
+    }
+    /* 4 tasks per thread: even enough when a vCPU is briefly away, few hand-outs */
+    int32_t tasks = 4 * m->n_threads, per = (n + tasks - 1) / tasks;
+    rows_job j = {fn, ctx, n, per};
+    epyq_pool_run(m->pool, rows_task, &j, (n + per - 1) / per);
+}
+
+/* x += add (when given), then y = RMSNorm(x) with weight w (when given), rows [r0, r1). */
+typedef struct {
+    float *x;
+    const float *add, *w;
+    float *y;
+    int32_t n;
+    float eps;
+} add_norm_job;
+
+static void add_norm_rows(void *ctx, int32_t r0, int32_t r1) {
+    const add_norm_job *j = ctx;
+    size_t a = (size_t)r0 * j->n, b = (size_t)r1 * j->n;
+    if (j->add)
+        for (size_t i = a; i < b; i++) j->x[i] += j->add[i];
+    if (j->w) epyq_rmsnorm_zc_rows(j->x + a, j->w, r1 - r0, j->n, j->eps, j->y + a);
+}
+
+static void add_norm(epyq_model *m, float *x, const float *add, const float *w, int32_t T,
+                     float *y) {
+    add_norm_job j = {x, add, w, y, m->d.H, m->eps};
+    epyq_model_rows_run(m, T, EPYQ_ROWS_POOL_MIN, add_norm_rows, &j);
+}
+
 epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
                                float *x, epyq_err *err) {
     size_t n = (size_t)p->T * m->d.H;
     float *xn = epyq_model_alloc_raw(n, sizeof(float)),
           *blk = epyq_model_alloc_raw(n, sizeof(float));
     epyq_status st = xn && blk ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "layer: out of memory");
+    uint64_t t0 = epyq_prof_mark(m);
     if (st == EPYQ_OK) {
-        epyq_rmsnorm_zc_rows(x, ly->in_norm, p->T, m->d.H, m->eps, xn);
+        add_norm(m, x, NULL, ly->in_norm, p->T, xn);
+        epyq_prof_add(m, EPYQ_PROF_NORM, &t0);
         st = ly->full ? epyq_attn_block(m, ly, p, xn, blk, err) : epyq_gdn_block(m, ly, p, xn, blk, err);
+        t0 = epyq_prof_mark(m);
     }
     if (st == EPYQ_OK) {
-        for (size_t i = 0; i < n; i++) x[i] += blk[i];
-        epyq_rmsnorm_zc_rows(x, ly->post_norm, p->T, m->d.H, m->eps, xn);
+        add_norm(m, x, blk, ly->post_norm, p->T, xn);
+        epyq_prof_add(m, EPYQ_PROF_NORM, &t0);
         st = epyq_moe_block(m, &ly->m, p->T, xn, blk, err);
+        t0 = epyq_prof_mark(m);
     }
-    if (st == EPYQ_OK)
-        for (size_t i = 0; i < n; i++) x[i] += blk[i];
+    if (st == EPYQ_OK) {
+        add_norm(m, x, blk, NULL, p->T, NULL);
+        epyq_prof_add(m, EPYQ_PROF_NORM, &t0);
+    }
     free(xn), free(blk);
     return st;
 }
@@ -143,6 +198,7 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
     if (st != EPYQ_OK) return st;
     int32_t T = b->n, H = m->d.H;
     m->fwd_bytes = 0;
+    uint64_t t0 = epyq_prof_mark(m);
     float *x = epyq_model_alloc((size_t)T * H, sizeof(float));
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
@@ -151,13 +207,15 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
         else
             st = epyq_tensor_read_f32(m->w->embed, (size_t)b->tok[t] * H, (size_t)H,
                                       x + (size_t)t * H, err);
+    epyq_prof_add(m, EPYQ_PROF_EMBED, &t0);
     bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
     for (int32_t l = 0; st == EPYQ_OK && l < m->d.L; l++) {
         moved = true;
         st = epyq_layer_forward(m, &m->layers[l], &p, x, err);
     }
     if (st == EPYQ_OK) {
-        epyq_rmsnorm_zc_rows(x, m->final_norm, T, H, m->eps, x);
+        t0 = epyq_prof_mark(m);
+        add_norm(m, x, NULL, m->final_norm, T, x);
         if (hidden) memcpy(hidden, x, (size_t)T * H * sizeof(float));
         /* lm_head only over the rows asked for, packed in batch order */
         int32_t nw = 0;
@@ -168,6 +226,8 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
         }
         if (logits) st = epyq_lm_head_run(m, x, nw, logits, err);
         if (logits && nw > 0) m->fwd_bytes += epyq_rlin_bytes(&m->lm_head);
+        epyq_prof_add(m, EPYQ_PROF_HEAD, &t0);
+        epyq_prof_forward_done(m);
     }
     /* the states advanced in the blocks; positions advance once the whole batch is through */
     if (st == EPYQ_OK)

@@ -22,6 +22,7 @@
 #include "kernels-x86/kern.h"
 #include "load/model_config.h"
 #include "load/weights.h"
+#include "model/prof.h"
 #include "numa/plan.h"
 
 typedef enum { EPYQ_KV_BF16 = 0, EPYQ_KV_FP8 } epyq_kv_type;
@@ -145,6 +146,10 @@ void epyq_model_set_gdn_chunk_min(epyq_model *m, int32_t min_tokens);
 /* Small batches run each int4 expert in pieces spread over the pool (the default) or whole, one
  * expert per task; the logits are the same bits either way (tests, benchmarks). */
 void epyq_model_set_moe_split(epyq_model *m, bool on);
+/* Block timing of every forward call (prof.h): on resets the counters (false: out of memory),
+ * off frees them; read gives the counts since the last reset (false while off). */
+bool epyq_model_prof_enable(epyq_model *m, bool on);
+bool epyq_model_prof_read(const epyq_model *m, epyq_prof *out);
 /* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
  * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
 uint64_t epyq_model_active_bytes(const epyq_model *m);

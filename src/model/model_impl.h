@@ -121,10 +121,17 @@ struct epyq_model {
      * loads that may run in parallel, hence atomic); epyq_rlin_act then keeps room for one
      * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
     atomic_bool has_perm;
+    void *prof;                 /* prof.c's counters while profiling is on, else NULL */
     float *perm_x;              /* [perm_cap_x] x gathered by a perm */
     void *perm_act;             /* [perm_cap_act] its prepared activation */
     size_t perm_cap_x, perm_cap_act;
 };
+
+/* ---- prof.c: block timing marks (prof.h); all no-ops while profiling is off */
+uint64_t epyq_prof_mark(const epyq_model *m); /* now, or 0 when off */
+void epyq_prof_add(epyq_model *m, epyq_prof_phase ph,
+                   uint64_t *t0); /* ph += now - *t0; *t0 = now */
+void epyq_prof_forward_done(epyq_model *m);
 
 struct epyq_seq {
     epyq_model *m;
@@ -258,6 +265,14 @@ epyq_status epyq_layer_forward(epyq_model *m, const epyq_layer_rw *ly, const epy
                           epyq_err *err);
 /* Zero-centred RMSNorm of rows x [T][n] → y (may alias). */
 void epyq_rmsnorm_zc_rows(const float *x, const float *w, int32_t T, int32_t n, float eps, float *y);
+/* Below this many rows the serial steps (norms, residual adds, MoE sums, routing) stay on the
+ * driver: a pool hand-off costs microseconds and a row of 2048 about one. */
+#define EPYQ_ROWS_POOL_MIN 16
+/* fn(ctx, r0, r1) over row ranges covering [0, n): on the model's pool when n >= min_rows,
+ * else (decode steps: a hand-off would cost more than the rows) in one call on this thread.
+ * Row-independent work only, so the bits do not depend on the split. */
+void epyq_model_rows_run(epyq_model *m, int32_t n, int32_t min_rows,
+                         void (*fn)(void *ctx, int32_t r0, int32_t r1), void *ctx);
 /* logits [rows][V] = lm_head · x [rows][H] */
 epyq_status epyq_lm_head_run(epyq_model *m, const float *x, int32_t rows, float *logits, epyq_err *err);
 

@@ -295,16 +295,22 @@ static epyq_status moe_plan_alloc(moe_plan *p, const epyq_model *m, int32_t T, e
     return epyq_err_set(err, EPYQ_E_NOMEM, "MoE over %d tokens: out of memory", T);
 }
 
-/* Route: the router and the shared-expert gate over the prepared activation, then per token
- * softmax top-k and the gate's sigmoid. */
-static void moe_route(epyq_model *m, const epyq_moe_rw *mw, const epyq_act *act, moe_plan *p) {
-    const epyq_rlin_out gates[] = {{&mw->router, p->logit, p->E}, {&mw->sh_expert_gate, p->sg, 1}};
-    epyq_rlin_run_many(m, gates, 2, act);
-    for (int32_t t = 0; t < p->T; t++) {
+/* Tokens [t0, t1) of a plan: softmax top-k and the shared gate's sigmoid. */
+static void route_rows(void *ctx, int32_t t0, int32_t t1) {
+    moe_plan *p = ctx;
+    for (int32_t t = t0; t < t1; t++) {
         route(p->logit + (size_t)t * p->E, p->E, p->K, p->sel + (size_t)t * p->K,
               p->wt + (size_t)t * p->K);
         p->sg[t] = 1.0f / (1.0f + expf(-p->sg[t]));
     }
+}
+
+/* Route: the router and the shared-expert gate over the prepared activation, then per token
+ * softmax top-k and the gate's sigmoid (on the pool for a prompt's many tokens). */
+static void moe_route(epyq_model *m, const epyq_moe_rw *mw, const epyq_act *act, moe_plan *p) {
+    const epyq_rlin_out gates[] = {{&mw->router, p->logit, p->E}, {&mw->sh_expert_gate, p->sg, 1}};
+    epyq_rlin_run_many(m, gates, 2, act);
+    epyq_model_rows_run(m, p->T, EPYQ_ROWS_POOL_MIN, route_rows, p);
 }
 
 /* Group: a counting sort of the entries by expert (the shared expert is expert E), then the
@@ -457,6 +463,17 @@ void epyq_moe_sum(const float *ys, int32_t t0, int32_t t1, int32_t S, int32_t H,
     }
 }
 
+typedef struct {
+    const float *ys;
+    int32_t S, H;
+    float *out;
+} sum_job;
+
+static void sum_rows(void *ctx, int32_t t0, int32_t t1) {
+    const sum_job *j = ctx;
+    epyq_moe_sum(j->ys, t0, t1, j->S, j->H, j->out);
+}
+
 epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, const float *x,
                            float *out, epyq_err *err) {
     if (m->d.E > EPYQ_MAX_EXPERTS)
@@ -467,14 +484,18 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
     void *abuf = NULL;
     epyq_status st = moe_plan_alloc(&p, m, T, err);
     if (st != EPYQ_OK) goto done;
+    uint64_t t0 = epyq_prof_mark(m);
     if ((st = epyq_rlin_act(m, x, T, m->d.H, &act, &abuf, err)) != EPYQ_OK) goto done;
     moe_route(m, mw, &act, &p);
     if ((st = moe_group(m, mw, &p, err)) != EPYQ_OK) goto done;
+    epyq_prof_add(m, EPYQ_PROF_ROUTER, &t0);
     if ((st = moe_run(m, mw, x, &p, err)) != EPYQ_OK) goto done;
+    epyq_prof_add(m, EPYQ_PROF_EXPERTS, &t0);
     /* expert parallelism: the rows of other ranks' experts come in, the sums go out */
     if (m->ep) st = epyq_moe_ep_combine(m, T, p.sel, p.ys, out, err);
     else
-        epyq_moe_sum(p.ys, 0, T, p.S, m->d.H, out);
+        epyq_model_rows_run(m, T, EPYQ_ROWS_POOL_MIN, sum_rows, &(sum_job){p.ys, p.S, m->d.H, out});
+    epyq_prof_add(m, EPYQ_PROF_MOE_SUM, &t0);
 done:
     moe_plan_free(&p);
     free(abuf);

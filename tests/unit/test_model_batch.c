@@ -6,6 +6,9 @@
  *   - 1 thread vs 2 threads: bit-identical (with 2 threads a decode step spreads each expert
  *     over both, src/model/moe.c split mode; with 1 it runs whole), and with 2 threads the
  *     split mode on vs off: bit-identical;
+ *   - a 40-token prompt (norms, residual adds, routing and MoE sums then run on the pool)
+ *     on 1 vs 2 threads: bit-identical; with block timing on, the same bits again, every
+ *     block counted once per forward and the blocks' sum within the call's wall time;
  *   - context: a batch past a sequence's context is refused with nothing changed;
  *   - fp8 e4m3 KV cache vs bf16: same distributions within the fixtures' bf16 criteria. */
 #include <check.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/util.h"
 #include "model/model.h"
 #include "tests/check_main.h"
 #include "tests/e2e/conform.h"
@@ -140,6 +144,57 @@ START_TEST(test_threads_identical) {
 }
 END_TEST
 
+/* All rows' logits [n][V] of one n-token prompt on a fresh sequence; *wall_s its forward. */
+static float *run_prompt(epyq_model *m, int n, double *wall_s) {
+    const int V = epyq_model_config(m)->vocab_size;
+    epyq_err err = {0};
+    epyq_seq *s = NULL;
+    ck_assert(epyq_seq_create(&s, m, 64, EPYQ_KV_BF16, &err) == EPYQ_OK);
+    int ids[64];
+    epyq_seq *ss[64];
+    prompt(ids, n, 3);
+    for (int i = 0; i < n; i++) ss[i] = s;
+    float *out = malloc((size_t)n * V * sizeof(float));
+    epyq_batch b = {n, ss, ids, NULL};
+    double t0 = epyq_now();
+    ck_assert_msg(epyq_model_forward(m, &b, out, NULL, &err) == EPYQ_OK, "%s", err.msg);
+    if (wall_s) *wall_s = epyq_now() - t0;
+    epyq_seq_free(s);
+    return out;
+}
+
+START_TEST(test_prompt_threads_profile) {
+    enum { N = 40 };
+    epyq_model *m1 = load(1, EPYQ_PATH_A8), *m2 = load(2, EPYQ_PATH_A8);
+    const int V = epyq_model_config(m1)->vocab_size;
+    float *a = run_prompt(m1, N, NULL), *b = run_prompt(m2, N, NULL);
+    ck_assert_msg(memcmp(a, b, (size_t)N * V * sizeof(float)) == 0, "1 vs 2 threads differ");
+    epyq_prof pf;
+    ck_assert(!epyq_model_prof_read(m2, &pf)); /* off by default */
+    ck_assert(epyq_model_prof_enable(m2, true));
+    double wall = 0;
+    float *c = run_prompt(m2, N, &wall);
+    ck_assert_msg(memcmp(b, c, (size_t)N * V * sizeof(float)) == 0, "profiling changed the logits");
+    ck_assert(epyq_model_prof_read(m2, &pf));
+    ck_assert_int_eq((int)pf.forwards, 1);
+    double sum = 0;
+    for (int ph = 0; ph < EPYQ_PROF_N; ph++) sum += (double)pf.ns[ph] * 1e-9;
+    const epyq_prof_phase must[] = {EPYQ_PROF_EMBED,   EPYQ_PROF_NORM,    EPYQ_PROF_ROUTER,
+                                    EPYQ_PROF_EXPERTS, EPYQ_PROF_MOE_SUM, EPYQ_PROF_HEAD};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        ck_assert_msg(pf.ns[must[i]] > 0, "%s not counted", epyq_prof_phase_name(must[i]));
+    ck_assert(pf.ns[EPYQ_PROF_GDN_CORE] + pf.ns[EPYQ_PROF_ATTN_CORE] > 0);
+    ck_assert_msg(sum <= wall + 1e-6, "blocks %.6f s > forward %.6f s", sum, wall);
+    ck_assert(pf.pool_runs > 0);
+    printf("profile of a %d-token prompt, 2 threads: %.3f of %.3f ms in blocks, %llu pool runs\n",
+           N, sum * 1e3, wall * 1e3, (unsigned long long)pf.pool_runs);
+    ck_assert(epyq_model_prof_enable(m2, false));
+    ck_assert(!epyq_model_prof_read(m2, &pf));
+    free(a), free(b), free(c);
+    epyq_model_free(m1), epyq_model_free(m2);
+}
+END_TEST
+
 START_TEST(test_moe_split_identical) {
     epyq_model *m = load(2, EPYQ_PATH_A8);
     const int V = epyq_model_config(m)->vocab_size;
@@ -208,8 +263,8 @@ int main(void) {
     TCase *tc = epyq_test_case(s, "batch", 0);
     /* EPYQ_FAST (sanitizer runs): skip the slow ref-kernel variants */
     tcase_add_loop_test(tc, test_alone_vs_batch, 0, getenv("EPYQ_FAST") ? 2 : 4);
-    EPYQ_TESTS_ADD(tc, test_threads_identical, test_moe_split_identical, test_context_refusal,
-                   test_fp8_kv);
+    EPYQ_TESTS_ADD(tc, test_threads_identical, test_prompt_threads_profile,
+                   test_moe_split_identical, test_context_refusal, test_fp8_kv);
     int nf = epyq_test_failures(s, false);
     free(g_dir);
     return nf ? EXIT_FAILURE : EXIT_SUCCESS;

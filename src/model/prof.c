@@ -1,0 +1,69 @@
+/* src/model/prof.c — the forward's time by block (prof.h). */
+#include <stdlib.h>
+#include <time.h>
+
+#include "model/model_impl.h"
+#include "numa/pool.h"
+
+static const char *const names[EPYQ_PROF_N] = {
+    [EPYQ_PROF_EMBED] = "embed",         [EPYQ_PROF_NORM] = "norm+residual",
+    [EPYQ_PROF_GDN_PROJ] = "gdn_proj",   [EPYQ_PROF_GDN_CORE] = "gdn_core",
+    [EPYQ_PROF_GDN_OUT] = "gdn_out",     [EPYQ_PROF_ATTN_PROJ] = "attn_proj",
+    [EPYQ_PROF_ATTN_CORE] = "attn_core", [EPYQ_PROF_ATTN_OUT] = "attn_out",
+    [EPYQ_PROF_ROUTER] = "moe_router",   [EPYQ_PROF_EXPERTS] = "moe_experts",
+    [EPYQ_PROF_MOE_SUM] = "moe_sum",     [EPYQ_PROF_HEAD] = "lm_head",
+};
+
+const char *epyq_prof_phase_name(epyq_prof_phase ph) {
+    return ph >= 0 && ph < EPYQ_PROF_N ? names[ph] : "?";
+}
+
+/* The pool counters at the last reset, so that a read gives what the profile saw. */
+typedef struct {
+    epyq_prof p;
+    uint64_t runs0, wait0;
+} prof_state;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+bool epyq_model_prof_enable(epyq_model *m, bool on) {
+    if (!on) {
+        free(m->prof);
+        m->prof = NULL;
+        return true;
+    }
+    if (!m->prof && !(m->prof = calloc(1, sizeof(prof_state)))) return false;
+    prof_state *s = m->prof;
+    *s = (prof_state){0};
+    if (m->pool) epyq_pool_stats(m->pool, &s->runs0, &s->wait0);
+    return true;
+}
+
+bool epyq_model_prof_read(const epyq_model *m, epyq_prof *out) {
+    const prof_state *s = m->prof;
+    if (!s) return false;
+    *out = s->p;
+    if (m->pool) {
+        uint64_t runs, wait;
+        epyq_pool_stats(m->pool, &runs, &wait);
+        out->pool_runs = runs - s->runs0, out->pool_wait_ns = wait - s->wait0;
+    }
+    return true;
+}
+
+uint64_t epyq_prof_mark(const epyq_model *m) { return m->prof ? now_ns() : 0; }
+
+void epyq_prof_add(epyq_model *m, epyq_prof_phase ph, uint64_t *t0) {
+    if (!m->prof) return;
+    uint64_t t = now_ns();
+    ((prof_state *)m->prof)->p.ns[ph] += t - *t0;
+    *t0 = t;
+}
+
+void epyq_prof_forward_done(epyq_model *m) {
+    if (m->prof) ((prof_state *)m->prof)->p.forwards++;
+}
