@@ -40,6 +40,7 @@ typedef struct {
     const char *dir, *synthetic;
     int pp[MAX_LIST], n_pp, tg[MAX_LIST], n_tg, thr[MAX_LIST], n_thr, bat[MAX_LIST], n_bat;
     int reps;
+    int ubatch; /* -u: prompt tokens per forward call in ppN tests (0: the whole prompt in one) */
     bool warmup;
     out_fmt out;
     epyq_numpath paths[3]; /* [n_paths] numeric paths, switched on the loaded model */
@@ -60,7 +61,7 @@ typedef struct {
 typedef struct {
     char model[128], format[64], test[48], isa[24], numa[24], path[8], spec[32];
     double size_gib, params_b;
-    int threads, batch, n_prompt, n_gen;
+    int threads, batch, n_prompt, n_gen, n_ubatch;
     double ts_mean, ts_sd, gbps, pct, bw_read;
     double accept_len; /* tokens per forward of the sequence: 1 without speculation */
 } row;
@@ -81,6 +82,9 @@ static void usage(FILE *f) {
         "  -n, --n-gen LIST         generation lengths (default 128; 0 = none)\n"
         "  -t, --threads LIST       thread counts (default: all allowed CPUs)\n"
         "  -b, --batch LIST         concurrent sequences for the tg tests (default 1)\n"
+        "  -u, --ubatch N           ppN feeds the prompt N tokens per forward call, as `run` and\n"
+        "                           `serve` feed theirs in chunks and llama-bench in ubatches\n"
+        "                           (default 512, its -ub; 0 = the whole prompt in one call)\n"
         "  -r, --repetitions N      timed repetitions per test (default 5)\n"
         "  -o, --output FMT         md (default), csv, json or jsonl\n"
         "  --path LIST              int4 kernels' numeric paths: a16, a8, a8all or a list (a16,a8)\n"
@@ -132,6 +136,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"threads", required_argument, 0, 't'},
                                        {"batch", required_argument, 0, 'b'},
                                        {"repetitions", required_argument, 0, 'r'},
+                                       {"ubatch", required_argument, 0, 'u'},
                                        {"output", required_argument, 0, 'o'},
                                        {"path", required_argument, 0, 'P'},
                                        {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV},
@@ -153,6 +158,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->bat[0] = 1, o->n_bat = 1;
     o->thr[0] = (int)sysconf(_SC_NPROCESSORS_ONLN), o->n_thr = 1;
     o->reps = 5;
+    o->ubatch = 512;
     o->paths[0] = EPYQ_PATH_A8, o->n_paths = 1;
     o->warmup = true;
     o->n_spec = 1;
@@ -161,7 +167,7 @@ static int parse(int argc, char **argv, opts *o) {
     epyq_tool_rt_defaults(&o->rt);
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:o:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:o:h", lo, NULL)) != -1) {
         int rt = epyq_tool_rt_opt(&o->rt, "epyq bench", c, optarg);
         if (rt != 1) {
             if (rt) return rt;
@@ -174,6 +180,12 @@ static int parse(int argc, char **argv, opts *o) {
         case 'n': if ((rc = parse_list("-n", optarg, o->tg, &o->n_tg, 0)) >= 0) return rc; break;
         case 't': if ((rc = parse_list("-t", optarg, o->thr, &o->n_thr, 1)) >= 0) return rc; break;
         case 'b': if ((rc = parse_list("-b", optarg, o->bat, &o->n_bat, 1)) >= 0) return rc; break;
+        case 'u': {
+            long v;
+            if (epyq_tool_opt_long("epyq bench", optarg, 0, 1000000, &v)) return 2;
+            o->ubatch = (int)v;
+            break;
+        }
         case 'r':
         case 'W': {
             long v;
@@ -287,7 +299,8 @@ typedef struct {
     double bytes;        /* weight bytes the last run's forward calls streamed */
 } bench_ctx;
 
-/* One timed prefill of n tokens; returns seconds or < 0 with err set. */
+/* One timed prefill of n tokens, -u tokens per forward call (logits of the last token only);
+ * returns seconds or < 0 with err set. */
 static double run_pp(bench_ctx *c, int n, epyq_err *err) {
     epyq_seq *s = c->seqs[0];
     epyq_seq_reset(s);
@@ -295,11 +308,17 @@ static double run_pp(bench_ctx *c, int n, epyq_err *err) {
     uint8_t *want = calloc((size_t)n, 1);
     if (!want) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"), -1;
     want[n - 1] = 1;
-    epyq_batch b = {n, c->bseq, c->tok, want};
+    const int ub = c->o->ubatch > 0 && c->o->ubatch < n ? c->o->ubatch : n;
+    epyq_status st = EPYQ_OK;
+    c->bytes = 0;
     double t0 = epyq_now();
-    epyq_status st = epyq_model_forward(c->m, &b, c->logits, NULL, err);
+    for (int i = 0; st == EPYQ_OK && i < n; i += ub) {
+        int len = n - i < ub ? n - i : ub;
+        epyq_batch b = {len, c->bseq + i, c->tok + i, want + i};
+        st = epyq_model_forward(c->m, &b, c->logits, NULL, err);
+        c->bytes += (double)epyq_model_last_bytes(c->m);
+    }
     double dt = epyq_now() - t0;
-    c->bytes = (double)epyq_model_last_bytes(c->m);
     free(want);
     return st == EPYQ_OK ? dt : -1;
 }
@@ -407,8 +426,9 @@ static void print_header(out_fmt f) {
         printf("| model | format | size | params | isa | path | threads | numa | test | spec | accept | t/s | GB/s | %% read bw |\n");
         printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     } else if (f == OUT_CSV) {
-        printf("model,format,size_gib,params_b,isa,path,threads,numa,test,spec,accept_len,n_prompt,n_gen,n_batch,avg_ts,"
-               "stddev_ts,gbps,read_gbps,pct_read_bw\n");
+        printf(
+            "model,format,size_gib,params_b,isa,path,threads,numa,test,spec,accept_len,n_prompt,n_ubatch,n_gen,n_batch,avg_ts,"
+            "stddev_ts,gbps,read_gbps,pct_read_bw\n");
     } else if (f == OUT_JSON) {
         printf("[\n");
     }
@@ -426,19 +446,21 @@ static void print_row(out_fmt f, const row *r, bool first) {
                r->format, size, params, r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->ts_mean,
                r->ts_sd, r->gbps, r->pct);
     } else if (f == OUT_CSV) {
-        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%s,%.3f,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n", r->model, r->format,
-               r->size_gib, r->params_b, r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt,
-               r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct);
+        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%s,%.3f,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n",
+               r->model, r->format, r->size_gib, r->params_b, r->isa, r->path, r->threads, r->numa,
+               r->test, r->spec, r->accept_len, r->n_prompt, r->n_ubatch, r->n_gen, r->batch,
+               r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct);
     } else {
-        printf("%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", \"path\": \"%s\", "
-               "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"spec\": \"%s\", \"accept_len\": %.3f, "
-               "\"n_prompt\": %d, \"n_gen\": %d, "
-               "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
-               "\"pct_read_bw\": %.2f}%s",
-               f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b, r->isa,
-               r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt, r->n_gen, r->batch, r->ts_mean,
-               r->ts_sd, r->gbps,
-               r->bw_read, r->pct, f == OUT_JSONL ? "\n" : "");
+        printf(
+            "%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", \"path\": \"%s\", "
+            "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"spec\": \"%s\", \"accept_len\": %.3f, "
+            "\"n_prompt\": %d, \"n_ubatch\": %d, \"n_gen\": %d, "
+            "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
+            "\"pct_read_bw\": %.2f}%s",
+            f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b,
+            r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt,
+            r->n_ubatch, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct,
+            f == OUT_JSONL ? "\n" : "");
     }
     fflush(stdout);
 }
@@ -548,6 +570,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         snprintf(r.spec, sizeof r.spec, "none");
         r.accept_len = 1.0;
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
+        r.n_ubatch = o->ubatch > 0 && o->ubatch < n ? o->ubatch : n;
         stats(gbs, o->reps, &r.gbps, &sd);
         paired_pct(probes, o->reps, bw, &r);
         epyq_bench_progress_clear(pg);
@@ -608,7 +631,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             if (K) snprintf(r.spec, sizeof r.spec, "mtp:%d%s", K, forced ? ":forced" : fixed ? ":fixed" : "");
             else snprintf(r.spec, sizeof r.spec, "none");
             r.accept_len = K ? acc / o->reps : 1.0;
-            r.n_prompt = 0, r.n_gen = n, r.batch = B;
+            r.n_prompt = 0, r.n_gen = n, r.batch = B, r.n_ubatch = 0;
             stats(gbs, o->reps, &r.gbps, &sd);
             paired_pct(probes, o->reps, bw, &r);
             epyq_bench_progress_clear(pg);

@@ -4,7 +4,7 @@
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 BN="bench -m $M -t 1 -p 8 -n 4 -b 1,2 -r 2 --membw-mb 8"
-COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","spec","accept_len","n_prompt","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
+COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","spec","accept_len","n_prompt","n_ubatch","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
 expect 0 "bench -o json" "$EPYQ" $BN -o json
 jq -e --argjson cols "$COLS" '
   length == 3 and (map(.test) == ["pp8","tg4","tg4 b2"]) and
@@ -21,6 +21,15 @@ expect 0 "bench -o md" "$EPYQ" $BN -o md
 [ "$(grep -c '^|.*pp8\|^|.*tg4' "$T/out")" = 3 ] && grep -q '^| *model' "$T/out" && ok "markdown table" ||
     { fail "markdown table"; cat "$T/out"; }
 expect 2 "bench -o xml" "$EPYQ" $BN -o xml
+# -u: the prompt in ubatches (default 512, llama-bench's -ub), 0 = one call; tg rows have none.
+expect 0 "bench -u 16" "$EPYQ" bench -m "$M" -t 1 -p 40,8 -n 2 -u 16 -r 1 --membw-mb 8 -o jsonl
+jq -e -s '[.[].n_ubatch] == [16, 8, 0] and all(.[]; .avg_ts > 0)' "$T/out" >/dev/null &&
+    ok "ubatch column: 16 for pp40, 8 for pp8, 0 for tg" || { fail "ubatch column"; cat "$T/out"; }
+expect 0 "bench default ubatch" "$EPYQ" bench -m "$M" -t 1 -p 600 -n 0 -r 1 --membw-mb 8 -o jsonl --no-warmup
+jq -e '.n_ubatch == 512' "$T/out" >/dev/null && ok "default ubatch 512" || { fail "default ubatch"; cat "$T/out"; }
+expect 0 "bench -u 0" "$EPYQ" bench -m "$M" -t 1 -p 40 -n 0 -u 0 -r 1 --membw-mb 8 -o jsonl
+jq -e '.n_ubatch == 40' "$T/out" >/dev/null && ok "-u 0: the whole prompt in one call" || { fail "-u 0"; cat "$T/out"; }
+expect 2 "bench -u -1" "$EPYQ" bench -m "$M" -u -1
 
 # Speculative rows: real drafts, forced acceptance (k + 1 tokens a step) and a projection.
 expect 0 "bench --spec" "$EPYQ" bench -m "$M" -t 1 -p 0 -n 8 -r 1 --membw-mb 8 -o jsonl \
