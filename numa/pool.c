@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/util.h"
+
 #define CACHE_LINE 64
 #define DEFAULT_SPIN_US 2000 /* see pool.h */
 
@@ -89,12 +91,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int64_t effective_spin_ns(const epyq_pool *p) {
     if (atomic_load_explicit(&g_live_threads, memory_order_relaxed) + 1 >
         atomic_load_explicit(&g_cpus_allowed, memory_order_relaxed))
@@ -107,7 +103,7 @@ static unsigned spin_while_equal(const epyq_pool *p, atomic_uint *word, unsigned
     unsigned v = atomic_load_explicit(word, memory_order_acquire);
     int64_t budget = effective_spin_ns(p);
     if (v != seen || budget <= 0) return v;
-    int64_t deadline = now_ns() + budget;
+    int64_t deadline = epyq_now_ns() + budget;
     for (;;) {
         /* Read the clock only every 64 pauses: it costs more than a pause. */
         for (int i = 0; i < 64; i++) {
@@ -115,7 +111,7 @@ static unsigned spin_while_equal(const epyq_pool *p, atomic_uint *word, unsigned
             v = atomic_load_explicit(word, memory_order_acquire);
             if (v != seen) return v;
         }
-        if (now_ns() >= deadline) return v;
+        if (epyq_now_ns() >= deadline) return v;
     }
 }
 
@@ -330,17 +326,17 @@ void epyq_pool_start(epyq_pool *p, epyq_task_fn fn, void *ctx, int32_t n_tasks) 
     if (atomic_load(&p->sleepers) > 0) futex_wake(&p->gen, INT_MAX);
 }
 
-/* The driver's wait for the workers still in the run: spin, then sleep. */
-static void wait_pending(epyq_pool *p) {
+/* The driver's wait, begun at t0, for the workers still in the run: spin, then sleep. */
+static void wait_pending(epyq_pool *p, int64_t t0) {
     unsigned v;
     int64_t budget = effective_spin_ns(p);
-    int64_t deadline = budget > 0 ? now_ns() + budget : 0;
+    int64_t deadline = t0 + budget;
     while (budget > 0) {
         for (int i = 0; i < 64; i++) {
             cpu_relax();
             if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
         }
-        if (now_ns() >= deadline) break;
+        if (epyq_now_ns() >= deadline) break;
     }
     atomic_store(&p->driver_sleeping, 1);
     while ((v = atomic_load(&p->pending)) != 0) futex_wait(&p->pending, v);
@@ -364,9 +360,9 @@ void epyq_pool_wait(epyq_pool *p) {
     p->runs++;
     unsigned v = atomic_load_explicit(&p->pending, memory_order_acquire);
     if (v == 0) return;
-    int64_t t0 = now_ns();
-    wait_pending(p);
-    p->wait_ns += (uint64_t)(now_ns() - t0);
+    int64_t t0 = epyq_now_ns();
+    wait_pending(p, t0);
+    p->wait_ns += (uint64_t)(epyq_now_ns() - t0);
 }
 
 void epyq_pool_stats(const epyq_pool *p, uint64_t *runs, uint64_t *wait_ns) {

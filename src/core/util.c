@@ -17,6 +17,12 @@ double epyq_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+int64_t epyq_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 epyq_status epyq_file_read(const char *path, size_t max_bytes, char **out, size_t *len, epyq_err *err) {
     *out = NULL;
     if (len) *len = 0;

@@ -8,8 +8,9 @@
 
 #include "core/status.h"
 
-/* Monotonic clock in seconds. */
+/* Monotonic clock in seconds, and in nanoseconds (for short intervals summed exactly). */
 double epyq_now(void);
+int64_t epyq_now_ns(void);
 
 /* Read a whole (small) file into a NUL-terminated heap buffer; refuses files over max_bytes. */
 epyq_status epyq_file_read(const char *path, size_t max_bytes, char **out, size_t *len, epyq_err *err);

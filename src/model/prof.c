@@ -1,7 +1,7 @@
 /* src/model/prof.c — the forward's time by block (prof.h). */
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/util.h"
 #include "model/model_impl.h"
 #include "numa/pool.h"
 
@@ -23,12 +23,6 @@ typedef struct {
     epyq_prof p;
     uint64_t runs0, wait0;
 } prof_state;
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 bool epyq_model_prof_enable(epyq_model *m, bool on) {
     if (!on) {
@@ -55,11 +49,11 @@ bool epyq_model_prof_read(const epyq_model *m, epyq_prof *out) {
     return true;
 }
 
-uint64_t epyq_prof_mark(const epyq_model *m) { return m->prof ? now_ns() : 0; }
+uint64_t epyq_prof_mark(const epyq_model *m) { return m->prof ? (uint64_t)epyq_now_ns() : 0; }
 
 void epyq_prof_add(epyq_model *m, epyq_prof_phase ph, uint64_t *t0) {
     if (!m->prof) return;
-    uint64_t t = now_ns();
+    uint64_t t = (uint64_t)epyq_now_ns();
     ((prof_state *)m->prof)->p.ns[ph] += t - *t0;
     *t0 = t;
 }
