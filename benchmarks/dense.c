@@ -5,8 +5,11 @@
  *                              the fraction of the read figure (target >= 85% at M = 1)
  *   prefill GEMM               in_proj_qkv 8192 x 2048 at M = 64, 256, 512: our bf16_gemm
  *                              vs oneDNN's bf16 matmul (GFLOP/s; the faster one wins)
- *   attn decode                16 q heads / 2 kv heads, hd 256, 4096 cached tokens: the GQA
- *                              entry (K/V read once per kv head) vs 16 single-head calls
+ *   attn decode                16 q heads / 2 kv heads, hd 256, 4096 cached tokens: a one-token
+ *                              tile (the model's decode) and the GQA entry (K/V read once per
+ *                              kv head) vs 16 single-head calls
+ *   attn prefill               the same heads, the last 512 tokens of that 4096-token prompt
+ *                              (causal): the GQA entry per token vs prompt tiles of 2/4/8 tokens
  *   gdn_step                   32 value heads of 128 x 128 fp32 state (one layer, one token)
  * Rows are split over an epyq pool (numa/pool.h) of 1..N pinned threads, as in the runtime.
  *
@@ -149,7 +152,7 @@ typedef struct {
     const float *q;      /* [A_HEADS][A_HD] */
     const uint16_t *kv;  /* [2 (k,v)][A_CTX][A_KV][A_HD]: the cache layout, row stride A_KV*A_HD */
     float *out;          /* [A_HEADS][A_HD] */
-    int multi;
+    int multi;           /* 1 the GQA entry, 2 a one-token tile (the model's decode), 0 per head */
 } attn_job;
 
 static void attn_task(void *ctx, int32_t task, int32_t worker) {
@@ -160,7 +163,10 @@ static void attn_task(void *ctx, int32_t task, int32_t worker) {
     const int g = A_HEADS / A_KV; /* q heads per kv head (task = kv head) */
     const float *q = a->q + (size_t)task * g * A_HD;
     float *o = a->out + (size_t)task * g * A_HD;
-    if (a->multi)
+    const int32_t n = A_CTX;
+    if (a->multi == 2)
+        K->attn_bf16_tile(q, 1, g, 0, A_HD, &n, k, v, A_HD, (int32_t)stride, 0.0625f, o, 0, A_HD);
+    else if (a->multi)
         K->attn_bf16_multi(q, g, A_HD, k, v, A_CTX, A_HD, (int32_t)stride, 0.0625f, o, A_HD);
     else
         for (int h = 0; h < g; h++)
@@ -171,6 +177,36 @@ static void attn_task(void *ctx, int32_t task, int32_t worker) {
 static void attn_run(void *ctx) {
     attn_job *a = ctx;
     epyq_pool_run(a->pool, attn_task, a, A_KV);
+}
+
+enum { A_UB = 512 }; /* prompt tokens of the prefill rows: positions A_CTX - A_UB .. A_CTX - 1 */
+
+typedef struct {
+    epyq_pool *pool;
+    const float *q;     /* [A_UB][A_HEADS][A_HD] */
+    const uint16_t *kv; /* as attn_job's */
+    float *out;         /* [A_UB][A_HEADS][A_HD] */
+    int nt;             /* tokens per tile; 0 = the GQA entry once per token */
+} prefill_job;
+
+static void prefill_task(void *ctx, int32_t task, int32_t worker) {
+    (void)worker;
+    const prefill_job *a = ctx;
+    const int32_t stride = A_KV * A_HD, g = A_HEADS / A_KV, ld = A_HEADS * A_HD;
+    const int32_t kvh = task % A_KV, nt = a->nt ? a->nt : 1, t0 = task / A_KV * nt;
+    const uint16_t *k = a->kv + (size_t)kvh * A_HD, *v = k + (size_t)A_CTX * stride;
+    const float *q = a->q + (size_t)t0 * ld + (size_t)kvh * g * A_HD;
+    float *o = a->out + (size_t)t0 * ld + (size_t)kvh * g * A_HD;
+    int32_t n[A_UB];
+    for (int32_t i = 0; i < nt; i++) n[i] = A_CTX - A_UB + t0 + i + 1;
+    if (a->nt) K->attn_bf16_tile(q, nt, g, ld, A_HD, n, k, v, A_HD, stride, 0.0625f, o, ld, A_HD);
+    else
+        K->attn_bf16_multi(q, g, A_HD, k, v, n[0], A_HD, stride, 0.0625f, o, A_HD);
+}
+
+static void prefill_run(void *ctx) {
+    prefill_job *a = ctx;
+    epyq_pool_run(a->pool, prefill_task, a, A_UB / (a->nt ? a->nt : 1) * A_KV);
 }
 
 typedef struct {
@@ -276,7 +312,8 @@ int main(int argc, char **argv) {
     uint16_t *gw = alloc_bf16((size_t)gn * gk), *pw = alloc_bf16((size_t)pn * pk);
     float *x = alloc_f32((size_t)512 * gk), *y = alloc_f32((size_t)512 * (size_t)gn);
     uint16_t *kv = alloc_bf16((size_t)2 * A_CTX * A_KV * A_HD);
-    float *aq = alloc_f32((size_t)A_HEADS * A_HD), *ao = alloc_f32((size_t)A_HEADS * A_HD);
+    float *aq = alloc_f32((size_t)A_UB * A_HEADS * A_HD),
+          *ao = alloc_f32((size_t)A_UB * A_HEADS * A_HD);
     float *S = alloc_f32((size_t)G_HEADS * G_D * G_D), *gv = alloc_f32((size_t)3 * G_HEADS * G_D);
     float *go = alloc_f32((size_t)G_HEADS * G_D);
     if (!gw || !pw || !x || !y || !kv || !aq || !ao || !S || !gv || !go) {
@@ -344,10 +381,27 @@ int main(int argc, char **argv) {
 
         attn_job a = {.pool = pool, .q = aq, .kv = kv, .out = ao};
         const double kv_bytes = 2.0 * A_CTX * A_KV * A_HD * 2;
-        for (int mq = 1; mq >= 0 && section(only, "attn"); mq--) {
+        for (int mq = 2; mq >= 0 && section(only, "attn"); mq--) {
             a.multi = mq;
-            row(mq ? "attn_bf16_multi" : "attn_bf16 x16", "16q/2kv hd256 4096", 1, t,
-                time_it(attn_run, &a), kv_bytes, 4.0 * A_HEADS * A_CTX * A_HD, rd, "decode, one layer");
+            row(mq == 2 ? "attn_bf16_tile"
+                : mq    ? "attn_bf16_multi"
+                        : "attn_bf16 x16",
+                "16q/2kv hd256 4096", 1, t, time_it(attn_run, &a), kv_bytes,
+                4.0 * A_HEADS * A_CTX * A_HD, rd, "decode, one layer");
+        }
+        prefill_job pa = {.pool = pool, .q = aq, .kv = kv, .out = ao};
+        /* keys seen: sum over the prompt's tokens of pos + 1, per kv head */
+        const double seen = (double)A_UB * (A_CTX - A_UB) + (double)A_UB * (A_UB + 1) / 2;
+        static const int nts[] = {0, 2, 4, 8};
+        for (size_t i = 0; i < sizeof nts / sizeof *nts && section(only, "attn"); i++) {
+            pa.nt = nts[i];
+            snprintf(shape, sizeof shape, "16q/2kv hd256 %d", A_CTX);
+            char what[64];
+            snprintf(what, sizeof what, "prefill, last %d tokens; tiles of %d", A_UB,
+                     nts[i] ? nts[i] : 1);
+            row(nts[i] ? "attn_bf16_tile" : "attn_bf16_multi", shape, A_UB, t,
+                time_it(prefill_run, &pa), 2.0 * seen * A_KV * A_HD * 2 / (nts[i] ? nts[i] : 1),
+                4.0 * A_HEADS / A_KV * seen * A_KV * A_HD, rd, what);
         }
         gdn_job gj = {.pool = pool, .S = S, .k = gv, .v = gv + G_HEADS * G_D, .q = gv + 2 * G_HEADS * G_D, .o = go};
         if (section(only, "gdn"))

@@ -33,6 +33,7 @@ static const epyq_kern_table own_ref = {
     .bf16_gemm_f32 = epyq_bf16_gemm_f32_ref,
     .attn_bf16 = epyq_attn_bf16_ref,
     .attn_bf16_multi = epyq_attn_bf16_multi_ref,
+    .attn_bf16_tile = epyq_attn_bf16_tile_ref,
     .gdn_step = epyq_gdn_step_ref,
     .conv_silu = epyq_conv_silu_ref,
     .stream_read = epyq_stream_read_ref,
@@ -54,6 +55,7 @@ static const epyq_kern_table own_avx2 = {
     .bf16_gemm_f32 = epyq_bf16_gemm_f32_avx2,
     .attn_bf16 = epyq_attn_bf16_avx2,
     .attn_bf16_multi = epyq_attn_bf16_multi_avx2,
+    .attn_bf16_tile = epyq_attn_bf16_tile_avx2,
     .gdn_step = epyq_gdn_step_avx2,
     .conv_silu = epyq_conv_silu_avx2,
     .stream_read = epyq_stream_read_avx2,
@@ -73,6 +75,7 @@ static const epyq_kern_table own_avx512 = {
     .bf16_gemm_f32 = epyq_bf16_gemm_f32_avx512,
     .attn_bf16 = epyq_attn_bf16_avx512,
     .attn_bf16_multi = epyq_attn_bf16_multi_avx512,
+    .attn_bf16_tile = epyq_attn_bf16_tile_avx512,
     .gdn_step = epyq_gdn_step_avx512,
     .conv_silu = epyq_conv_silu_avx512,
     .stream_read = epyq_stream_read_avx512,
@@ -133,6 +136,7 @@ static void build_tables(void) {
         INHERIT(bf16_gemm_f32);
         INHERIT(attn_bf16);
         INHERIT(attn_bf16_multi);
+        INHERIT(attn_bf16_tile);
         INHERIT(gdn_step);
         INHERIT(conv_silu);
         INHERIT(stream_read);

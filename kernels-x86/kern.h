@@ -173,6 +173,16 @@ typedef struct epyq_kern_table {
     void (*attn_bf16_multi)(const float *q, int32_t nq, int32_t ldq, const uint16_t *k,
                             const uint16_t *v, int32_t n_ctx, int32_t hd, int32_t kv_stride,
                             float scale, float *out, int32_t ldo);
+    /* Causal attention of a tile of prompt tokens of one sequence and the nh query heads of
+     * one kv head: row (i, h), i < nt, h < nh, is attn_bf16 of q + i*ldq_t + h*ldq_h over the
+     * keys [0, n_ctx[i]) into out + i*ldo_t + h*ldo_h (n_ctx [nt], any order, 0 allowed).
+     * The SIMD tables load each K/V row once per up to 64 rows and compute every row
+     * independently of the others (its bits do not depend on the tile it came in); results
+     * equal attn_bf16 up to fp32 summation order and the block-wise exp. */
+    void (*attn_bf16_tile)(const float *q, int32_t nt, int32_t nh, int32_t ldq_t, int32_t ldq_h,
+                           const int32_t *n_ctx, const uint16_t *k, const uint16_t *v, int32_t hd,
+                           int32_t kv_stride, float scale, float *out, int32_t ldo_t,
+                           int32_t ldo_h);
 
     /* One Gated DeltaNet recurrent step for one value head (docs/architecture.md §4.5 step 7):
      *   S <- alpha*S; m = S^T k; d = beta*(v - m); S += k d^T; o = S^T q.

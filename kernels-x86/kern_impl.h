@@ -23,13 +23,16 @@
 #define EPYQ_DECLARE_BF16_GEMM_F32(sfx)                                                          \
     void epyq_bf16_gemm_f32_##sfx(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,         \
                                   const epyq_act *x, float *y, int32_t ldy)
-#define EPYQ_DECLARE_ATTN(sfx)                                                                   \
-    void epyq_attn_bf16_##sfx(const float *q, const uint16_t *k, const uint16_t *v,             \
-                              int32_t n_ctx, int32_t hd, int32_t kv_stride, float scale,        \
-                              float *out);                                                       \
-    void epyq_attn_bf16_multi_##sfx(const float *q, int32_t nq, int32_t ldq, const uint16_t *k, \
-                                    const uint16_t *v, int32_t n_ctx, int32_t hd,               \
-                                    int32_t kv_stride, float scale, float *out, int32_t ldo)
+#define EPYQ_DECLARE_ATTN(sfx)                                                                     \
+    void epyq_attn_bf16_##sfx(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx, \
+                              int32_t hd, int32_t kv_stride, float scale, float *out);             \
+    void epyq_attn_bf16_multi_##sfx(const float *q, int32_t nq, int32_t ldq, const uint16_t *k,    \
+                                    const uint16_t *v, int32_t n_ctx, int32_t hd,                  \
+                                    int32_t kv_stride, float scale, float *out, int32_t ldo);      \
+    void epyq_attn_bf16_tile_##sfx(const float *q, int32_t nt, int32_t nh, int32_t ldq_t,          \
+                                   int32_t ldq_h, const int32_t *n_ctx, const uint16_t *k,         \
+                                   const uint16_t *v, int32_t hd, int32_t kv_stride, float scale,  \
+                                   float *out, int32_t ldo_t, int32_t ldo_h)
 #define EPYQ_DECLARE_GDN(sfx)                                                                    \
     void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
                              float alpha, float beta, int32_t dk, int32_t dv, float *o)
@@ -63,7 +66,8 @@ EPYQ_DECLARE_STREAM(avx2);
 EPYQ_DECLARE_CONV(avx2);
 EPYQ_DECLARE_FILL_QUANT(avx2); /* kernels-x86/avx2/fill_quant_avx2.c */
 
-/* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c); avx512bf16 adds VDPBF16PS. */
+/* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c, attention in attn_avx512.c);
+ * avx512bf16 adds VDPBF16PS. */
 EPYQ_DECLARE_BF16_GEMM(avx512);
 EPYQ_DECLARE_BF16_GEMM_F32(avx512);
 EPYQ_DECLARE_ATTN(avx512);

@@ -3,11 +3,11 @@
  * vectors and 16 registers:
  *   epyq_bf16_gemm_avx2      x rounded to bf16 in-register, W widened, FMA (no VDPBF16PS)
  *   epyq_bf16_gemm_f32_avx2  fp32-exact variant
- *   epyq_attn_bf16[_multi]_avx2, epyq_gdn_step_avx2, epyq_stream_read_avx2
- * GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16 ymm; 8 rows x 1
- * token for a GEMV, to keep 8 weight streams in flight). Ragged k
- * tails (k % 8) go through a zero-padded 8-lane copy. Attention needs hd % 8 == 0 and the
- * GDN step dv % 8 == 0; other shapes are served by the ref twins. */
+ *   epyq_attn_bf16[_multi]_avx2, epyq_attn_bf16_tile_avx2, epyq_gdn_step_avx2,
+ * epyq_stream_read_avx2 GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16
+ * ymm; 8 rows x 1 token for a GEMV, to keep 8 weight streams in flight). Ragged k tails (k % 8) go
+ * through a zero-padded 8-lane copy. Attention needs hd % 8 == 0 and the GDN step dv % 8 == 0;
+ * other shapes are served by the ref twins. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -264,6 +264,17 @@ void epyq_attn_bf16_multi_avx2(const float *q, int32_t nq, int32_t ldq, const ui
         attn_group_n(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
                    (size_t)kv_stride, scale, out + (size_t)h * (size_t)ldo, (size_t)ldo);
     }
+}
+
+/* A prompt tile on AVX2: each token's heads share its K/V pass (the GQA kernel above); the
+ * transposed-tile form of the AVX-512 table would need twice the registers AVX2 has. */
+void epyq_attn_bf16_tile_avx2(const float *q, int32_t nt, int32_t nh, int32_t ldq_t, int32_t ldq_h,
+                              const int32_t *n_ctx, const uint16_t *k, const uint16_t *v,
+                              int32_t hd, int32_t kv_stride, float scale, float *out, int32_t ldo_t,
+                              int32_t ldo_h) {
+    for (int32_t i = 0; i < nt; i++)
+        epyq_attn_bf16_multi_avx2(q + (size_t)i * (size_t)ldq_t, nh, ldq_h, k, v, n_ctx[i], hd,
+                                  kv_stride, scale, out + (size_t)i * (size_t)ldo_t, ldo_h);
 }
 
 void epyq_attn_bf16_avx2(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,

@@ -4,7 +4,8 @@
  *   epyq_bf16_gemm_avx512      the same numbers without VDPBF16PS: W widened to fp32 and
  *                              x rounded to bf16 in-register, FMA (Skylake-SP, Cascade Lake)
  *   epyq_bf16_gemm_f32_avx512  fp32-exact variant: W widened, x kept fp32, FMA
- *   epyq_attn_bf16[_multi]_avx512, epyq_gdn_step_avx512, epyq_stream_read_avx512
+ *   epyq_gdn_step_avx512, epyq_conv_silu_avx512, epyq_stream_read_avx512
+ *   (attention: kernels-x86/avx512/attn_avx512.c)
  *
  * GEMM layout: W [n][k] bf16 row-major exactly as on disk, x [m][k] fp32. A register tile
  * is R = 4 weight rows x T <= 4 tokens of fp32 accumulators (8 rows for 1 to 3 tokens). The
@@ -14,16 +15,11 @@
  * scratch from the caller or epyq_act's private layout. Ragged k is handled with masked loads (zero
  * lanes add nothing), so any k works.
  *
- * Attention: one pass over K/V with an online softmax per block of 16 keys: block scores
- * -> block max -> one vector exp for 16 probabilities -> rescale the running sum/output
- * once per block. Heads that share a kv head (GQA) are processed together so every K/V
- * row is loaded once per group of up to 8 heads. hd must be a multiple of 16, else the
- * call is served by the ref twin.
- *
  * Error bounds against a double reference are asserted in tests/kern/test_dense.c. */
 #include <immintrin.h>
 #include <math.h>
 
+#include "kernels-x86/avx512/vec512.h"
 #include "kernels-x86/kern_impl.h"
 
 enum { MODE_ROUND, MODE_F32 };
@@ -32,16 +28,6 @@ enum { MODE_ROUND, MODE_F32 };
 /* Rows per tile when there is one token: a GEMV is a pure weight stream, and 8 concurrent
  * row streams keep more prefetches in flight than 4 (see epyq_stream_read_avx512). */
 #define GEMV_R 8
-
-#define INLINE static inline __attribute__((always_inline))
-/* Tile loops have compile-time trip counts after inlining; -O2 does not always unroll them,
- * and a rolled loop keeps the accumulators in memory instead of registers. */
-#define UNROLL _Pragma("GCC unroll 8")
-
-/* bf16 lanes (16 x u16) -> fp32: a bf16 is the top half of the fp32 with the same bits. */
-INLINE __m512 widen_bf16(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 /* Round fp32 lanes to the nearest-even bf16 value (kept as fp32), like epyq_f32_to_bf16;
  * NaN lanes stay NaN. */
@@ -320,141 +306,6 @@ void epyq_bf16_gemm_avx512(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
 void epyq_bf16_gemm_f32_avx512(const uint16_t *w, int32_t k, int32_t n0, int32_t n1,
                                const epyq_act *x, float *y, int32_t ldy) {
     gemm(w, k, n0, n1, x, y, ldy, MODE_F32);
-}
-
-/* ---- exp ------------------------------------------------------------------------------- */
-
-/* e^x for x <= 0 (softmax arguments): x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of
- * ln2), e^r by its degree-6 Taylor polynomial (truncation < 1.2e-7 relative, ~1 ulp), then
- * scaled by 2^n with VSCALEFPS. Arguments below -87 are clamped: their true value is below
- * 1e-38, i.e. zero next to the block maximum's weight of 1. */
-INLINE __m512 exp_neg(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-/* ---- attention ------------------------------------------------------------------------- */
-
-#define ATT_BLOCK 16 /* keys per online-softmax step: one vector of scores */
-#define ATT_HEADS 8  /* query heads per pass over K/V (the model's GQA group) */
-
-/* Up to ATT_HEADS heads over all n_ctx keys; hd % 16 == 0. */
-INLINE void attn_group(const float *q, const int32_t nq, size_t ldq, const uint16_t *k,
-                       const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
-                       float scale, float *out, size_t ldo) {
-    float mx[ATT_HEADS], sum[ATT_HEADS];
-    float p[ATT_HEADS][ATT_BLOCK];
-    UNROLL
-    for (int32_t h = 0; h < nq; h++) {
-        mx[h] = -INFINITY;
-        sum[h] = 0.0f;
-        for (size_t d = 0; d < hd; d++) out[h * ldo + d] = 0.0f;
-    }
-    for (int32_t s0 = 0; s0 < n_ctx; s0 += ATT_BLOCK) {
-        const int32_t nb = n_ctx - s0 < ATT_BLOCK ? n_ctx - s0 : ATT_BLOCK;
-        /* Scores: each key row is widened once and reused by every head of the group. */
-        for (int32_t s = 0; s < nb; s++) {
-            const uint16_t *ks = k + (size_t)(s0 + s) * kv_stride;
-            __m512 acc[ATT_HEADS];
-            UNROLL
-            for (int32_t h = 0; h < nq; h++) acc[h] = _mm512_setzero_ps();
-            for (size_t d = 0; d < hd; d += 16) {
-                const __m512 kf = widen_bf16(_mm256_loadu_si256((const __m256i *)(ks + d)));
-                UNROLL
-                for (int32_t h = 0; h < nq; h++)
-                    acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * ldq + d), kf, acc[h]);
-            }
-            UNROLL
-            for (int32_t h = 0; h < nq; h++) p[h][s] = _mm512_reduce_add_ps(acc[h]) * scale;
-        }
-        /* Online softmax update per head; lanes past the block end get probability 0. */
-        const __mmask16 live = (__mmask16)((1u << nb) - 1);
-        UNROLL
-        for (int32_t h = 0; h < nq; h++) {
-            const __m512 sc = _mm512_maskz_loadu_ps(live, p[h]);
-            const float bmax = _mm512_mask_reduce_max_ps(live, sc);
-            const float nmax = bmax > mx[h] ? bmax : mx[h];
-            const float r = mx[h] == -INFINITY ? 0.0f : expf(mx[h] - nmax);
-            const __m512 e = _mm512_maskz_mov_ps(live, exp_neg(_mm512_sub_ps(sc, _mm512_set1_ps(nmax))));
-            _mm512_storeu_ps(p[h], e);
-            sum[h] = sum[h] * r + _mm512_reduce_add_ps(e);
-            mx[h] = nmax;
-            if (r != 1.0f) {
-                const __m512 rv = _mm512_set1_ps(r);
-                float *o = out + h * ldo;
-                for (size_t d = 0; d < hd; d += 16)
-                    _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), rv));
-            }
-        }
-        /* Weighted V: one 16-column strip of all heads' outputs stays in registers while
-         * the block's V rows stream through it. */
-        for (size_t d = 0; d < hd; d += 16) {
-            __m512 o[ATT_HEADS];
-            UNROLL
-            for (int32_t h = 0; h < nq; h++) o[h] = _mm512_loadu_ps(out + h * ldo + d);
-            for (int32_t s = 0; s < nb; s++) {
-                const uint16_t *vs = v + (size_t)(s0 + s) * kv_stride;
-                const __m512 vf = widen_bf16(_mm256_loadu_si256((const __m256i *)(vs + d)));
-                UNROLL
-                for (int32_t h = 0; h < nq; h++)
-                    o[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[h][s]), vf, o[h]);
-            }
-            UNROLL
-            for (int32_t h = 0; h < nq; h++) _mm512_storeu_ps(out + h * ldo + d, o[h]);
-        }
-    }
-    UNROLL
-    for (int32_t h = 0; h < nq; h++) {
-        if (!(sum[h] > 0.0f)) continue;
-        const __m512 inv = _mm512_set1_ps(1.0f / sum[h]);
-        float *o = out + h * ldo;
-        for (size_t d = 0; d < hd; d += 16)
-            _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), inv));
-    }
-}
-
-/* attn_group with the head count as a compile-time constant, so the per-head
- * accumulators live in registers. */
-static void attn_group_n(const float *q, int32_t nq, size_t ldq, const uint16_t *k,
-                         const uint16_t *v, int32_t n_ctx, size_t hd, size_t kv_stride,
-                         float scale, float *out, size_t ldo) {
-    switch (nq) {
-#define CASE(N)                                                                                  \
-    case N: attn_group(q, N, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) CASE(8)
-#undef CASE
-    default: break; /* callers pass 1..ATT_HEADS */
-    }
-}
-
-void epyq_attn_bf16_multi_avx512(const float *q, int32_t nq, int32_t ldq, const uint16_t *k,
-                                 const uint16_t *v, int32_t n_ctx, int32_t hd, int32_t kv_stride,
-                                 float scale, float *out, int32_t ldo) {
-    if (hd % 16 != 0) {
-        epyq_attn_bf16_multi_ref(q, nq, ldq, k, v, n_ctx, hd, kv_stride, scale, out, ldo);
-        return;
-    }
-    for (int32_t h = 0; h < nq; h += ATT_HEADS) {
-        const int32_t g = nq - h < ATT_HEADS ? nq - h : ATT_HEADS;
-        attn_group_n(q + (size_t)h * (size_t)ldq, g, (size_t)ldq, k, v, n_ctx, (size_t)hd,
-                   (size_t)kv_stride, scale, out + (size_t)h * (size_t)ldo, (size_t)ldo);
-    }
-}
-
-void epyq_attn_bf16_avx512(const float *q, const uint16_t *k, const uint16_t *v, int32_t n_ctx,
-                           int32_t hd, int32_t kv_stride, float scale, float *out) {
-    epyq_attn_bf16_multi_avx512(q, 1, hd, k, v, n_ctx, hd, kv_stride, scale, out, hd);
 }
 
 /* ---- Gated DeltaNet step --------------------------------------------------------------- */

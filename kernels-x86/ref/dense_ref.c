@@ -75,6 +75,17 @@ void epyq_attn_bf16_multi_ref(const float *q, int32_t nq, int32_t ldq, const uin
                            out + (size_t)h * (size_t)ldo);
 }
 
+void epyq_attn_bf16_tile_ref(const float *q, int32_t nt, int32_t nh, int32_t ldq_t, int32_t ldq_h,
+                             const int32_t *n_ctx, const uint16_t *k, const uint16_t *v, int32_t hd,
+                             int32_t kv_stride, float scale, float *out, int32_t ldo_t,
+                             int32_t ldo_h) {
+    for (int32_t i = 0; i < nt; i++)
+        for (int32_t h = 0; h < nh; h++)
+            epyq_attn_bf16_ref(q + (size_t)i * (size_t)ldq_t + (size_t)h * (size_t)ldq_h, k, v,
+                               n_ctx[i], hd, kv_stride, scale,
+                               out + (size_t)i * (size_t)ldo_t + (size_t)h * (size_t)ldo_h);
+}
+
 /* docs/architecture.md §4.5 step 7, in the order written there: decay, read m = S^T k, rank-1
  * update with delta = beta (v - m), then read the output with the updated state. */
 void epyq_gdn_step_ref(float *S, const float *k, const float *v, const float *q, float alpha,

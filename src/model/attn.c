@@ -2,7 +2,10 @@
  *
  * All tokens' keys/values are written to their sequences' caches first (slot = position), then
  * each (token, kv head) attends to slots [0, pos] of its own sequence — causal by
- * construction, and independent of the other sequences in the batch. Everything after the
+ * construction, and independent of the other sequences in the batch. Tokens attend in tiles of
+ * consecutive tokens of one sequence (attn_bf16_tile: each K/V row loaded once for the tile's
+ * token x head rows; a decode token is a tile of one); a row's bits do not depend on its tile,
+ * so neither on how a prompt is cut into calls nor on the batch. Everything after the
  * projections and before the output projection is per kv head (its query heads' norms, RoPE,
  * scores, softmax, weighted V and gate; its k and v), so in NUMA mode it runs on the node that
  * holds that head's cache planes (numa_state.c). */
@@ -47,7 +50,13 @@ typedef struct {
     float *o;          /* [T][nq*hd] */
     uint16_t **tmp;    /* [epyq_numa_workers] fp8 widening scratch [2][max_ctx][hd] */
     bool fused;        /* one token per sequence: a task prepares its row, then attends */
+    const int32_t *tile0; /* [n_tiles + 1] first token of each prompt tile, then T */
 } attn_job;
+
+/* Tokens per prompt tile: ATTN_TILE_ROWS query rows (tokens x the group's heads), the most the
+ * SIMD kernel keeps in one pass over K/V. A tile of 8 tokens x 8 heads at 4096 tokens of
+ * context: ~1.3-1.8x the per-token GQA entry (benchmarks/dense --only attn). */
+#define ATTN_TILE_ROWS 64
 
 /* Token t, kv head kvh: RMSNorm and RoPE of the q of its query heads and of its k, and the
  * k, v row stored in the head's cache plane. Everything here belongs to one kv head, so it
@@ -76,38 +85,58 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     prep_head(j, task / j->m->d.nkv, task % j->m->d.nkv);
 }
 
-static void attn_task(void *ctx, int32_t task, int32_t worker) {
-    const attn_job *j = ctx;
-    const epyq_model *m = j->m;
-    int32_t t = task / m->d.nkv, kvh = task % m->d.nkv, group = m->d.nq / m->d.nkv, hd = m->d.hd;
-    if (j->fused) prep_head(j, t, kvh);
-    int32_t n = j->p->pos[t] + 1;
-    const uint16_t *k, *v;
-    int32_t stride;
-    epyq_seq_kv_view(j->p->seq[t], j->ly->slot, kvh, n, j->tmp ? j->tmp[worker] : NULL, &k, &v, &stride);
-    const float *q = j->qg + ((size_t)t * m->d.nq + (size_t)kvh * group) * 2 * hd;
-    float *o = j->o + ((size_t)t * m->d.nq + (size_t)kvh * group) * hd;
-    m->kt->attn_bf16_multi(q, group, 2 * hd, k, v, n, hd, stride, 1.0f / sqrtf((float)hd), o, hd);
-    /* sigmoid output gate of this group's heads, here so the pool shares it */
-    for (int32_t h = 0; h < group; h++) {
+/* sigmoid output gate of heads [0, nh) of one token (q [nh][2*hd] q | gate, o [nh][hd]) */
+static void gate_heads(const float *q, float *o, int32_t nh, int32_t hd) {
+    for (int32_t h = 0; h < nh; h++) {
         const float *g = q + (size_t)h * 2 * hd + hd;
         float *oh = o + (size_t)h * hd;
         for (int32_t i = 0; i < hd; i++) oh[i] *= 1.0f / (1.0f + expf(-g[i]));
     }
 }
 
-/* Bytes of task (t, kv head) reads from its sequence's cache: the K and V rows [0, pos]. */
-static uint64_t attn_bytes(void *ctx, int32_t task, const epyq_seq **seq) {
+/* Tile, kv head: its tokens' rows against their sequence's cache (a decode token is a tile of
+ * one, which first prepares its row when fused). */
+static void tile_task(void *ctx, int32_t task, int32_t worker) {
     const attn_job *j = ctx;
-    int32_t t = task / j->m->d.nkv;
-    *seq = j->p->seq[t];
-    return 2ull * (uint64_t)(j->p->pos[t] + 1) * (uint64_t)j->m->d.hd * (*seq)->kv_elem;
+    const epyq_model *m = j->m;
+    const int32_t tile = task / m->d.nkv, kvh = task % m->d.nkv, group = m->d.nq / m->d.nkv,
+                  hd = m->d.hd;
+    const int32_t t0 = j->tile0[tile], nt = j->tile0[tile + 1] - t0, qd = m->d.nq * 2 * hd,
+                  od = m->d.nq * hd;
+    if (j->fused) prep_head(j, t0, kvh);
+    int32_t n[ATTN_TILE_ROWS], max_n = 0;
+    for (int32_t i = 0; i < nt; i++) {
+        n[i] = j->p->pos[t0 + i] + 1;
+        max_n = n[i] > max_n ? n[i] : max_n;
+    }
+    const uint16_t *k, *v;
+    int32_t stride;
+    epyq_seq_kv_view(j->p->seq[t0], j->ly->slot, kvh, max_n, j->tmp ? j->tmp[worker] : NULL, &k, &v,
+                     &stride);
+    const float *q = j->qg + (size_t)t0 * qd + (size_t)kvh * group * 2 * hd;
+    float *o = j->o + (size_t)t0 * od + (size_t)kvh * group * hd;
+    m->kt->attn_bf16_tile(q, nt, group, qd, 2 * hd, n, k, v, hd, stride, 1.0f / sqrtf((float)hd), o,
+                          od, hd);
+    for (int32_t i = 0; i < nt; i++) gate_heads(q + (size_t)i * qd, o + (size_t)i * od, group, hd);
+}
+
+/* Bytes task (tile, kv head) reads from its sequence's cache: the K and V rows [0, max pos],
+ * once for the whole tile. */
+static uint64_t tile_bytes(void *ctx, int32_t task, const epyq_seq **seq) {
+    const attn_job *j = ctx;
+    const int32_t tile = task / j->m->d.nkv;
+    int32_t max_n = 0;
+    for (int32_t t = j->tile0[tile]; t < j->tile0[tile + 1]; t++)
+        max_n = j->p->pos[t] + 1 > max_n ? j->p->pos[t] + 1 : max_n;
+    *seq = j->p->seq[j->tile0[tile]];
+    return 2ull * (uint64_t)max_n * (uint64_t)j->m->d.hd * (*seq)->kv_elem;
 }
 
 /* The (token, kv head) tasks on the nodes that own the heads, or on the model's pool. */
-static void run_kv_heads(epyq_model *m, epyq_task_fn fn, attn_job *j, epyq_numa_bytes_fn bytes) {
-    if (!epyq_numa_run_heads(m, EPYQ_NUMA_HEAD_KV, fn, j, j->p->T, bytes))
-        epyq_pool_run(m->pool, fn, j, j->p->T * m->d.nkv);
+static void run_kv_heads(epyq_model *m, epyq_task_fn fn, attn_job *j, int32_t n_outer,
+                         epyq_numa_bytes_fn bytes) {
+    if (!epyq_numa_run_heads(m, EPYQ_NUMA_HEAD_KV, fn, j, n_outer, bytes))
+        epyq_pool_run(m->pool, fn, j, n_outer * m->d.nkv);
 }
 
 epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_batch_plan *p,
@@ -120,6 +149,7 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
     float *vv = epyq_model_alloc_raw((size_t)T * kvd, sizeof(float));
     float *o = epyq_model_alloc_raw((size_t)T * m->d.nq * hd, sizeof(float));
     uint16_t **tmp = NULL;
+    int32_t *tile0 = NULL;
     epyq_act act = {0}, oact = {0};
     void *abuf = NULL, *obuf = NULL;
     epyq_status st = qg && kk && vv && o ? EPYQ_OK : epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
@@ -147,17 +177,33 @@ epyq_status epyq_attn_block(epyq_model *m, const epyq_layer_rw *ly, const epyq_b
             goto done;
         }
     }
-    /* Every token's rows are stored before any token attends (a prompt's tokens read each
-     * other's): two runs, unless each sequence has one token, whose task stores then reads. */
-    attn_job j = {m, ly, p, qg, kk, vv, o, tmp, p->n_groups == T};
-    if (!j.fused) run_kv_heads(m, prep_task, &j, NULL);
-    run_kv_heads(m, attn_task, &j, attn_bytes);
+    /* Tiles: runs of consecutive tokens of one sequence, up to the kernel's rows; one token
+     * per sequence (decode) gives tiles of one, whose task stores its row and then reads.
+     * Otherwise every token's rows are stored before any token attends (a prompt's tokens
+     * read each other's). Decode and prompt rows share the kernel, and a row's bits do not
+     * depend on its tile: a token gets the same result alone, batched or in a verify. */
+    const int32_t group = m->d.nq / m->d.nkv,
+                  per = group < ATTN_TILE_ROWS ? ATTN_TILE_ROWS / group : 1;
+    if (!(tile0 = malloc(((size_t)T + 1) * sizeof *tile0))) {
+        st = epyq_err_set(err, EPYQ_E_NOMEM, "attention: out of memory");
+        goto done;
+    }
+    int32_t n_tiles = 0;
+    for (int32_t t = 0; t < T; n_tiles++) {
+        tile0[n_tiles] = t;
+        const int32_t first = t;
+        while (++t < T && t - first < per && p->seq[t] == p->seq[first]) {}
+    }
+    tile0[n_tiles] = T;
+    attn_job j = {m, ly, p, qg, kk, vv, o, tmp, p->n_groups == T, tile0};
+    if (!j.fused) run_kv_heads(m, prep_task, &j, T, NULL);
+    run_kv_heads(m, tile_task, &j, n_tiles, tile_bytes);
     epyq_prof_add(m, EPYQ_PROF_ATTN_CORE, &t0);
     if ((st = epyq_rlin_act(m, o, T, m->d.nq * hd, &oact, &obuf, err)) != EPYQ_OK) goto done;
     epyq_rlin_run(m, &a->o, &oact, out, m->d.H);
     epyq_prof_add(m, EPYQ_PROF_ATTN_OUT, &t0);
 done:
     for (int32_t w = 0; tmp && w < epyq_numa_workers(m); w++) free(tmp[w]);
-    free(tmp), free(abuf), free(obuf), free(qg), free(kk), free(vv), free(o);
+    free(tmp), free(tile0), free(abuf), free(obuf), free(qg), free(kk), free(vv), free(o);
     return st;
 }

@@ -267,6 +267,48 @@ END_TEST
 
 /* ---- attention --------------------------------------------------------------------------- */
 
+/* One head's output [ldo] (columns [hd, ldo) must stay NaN) against the double reference
+ * with the bound in the header; what names the case in a failure. */
+static void check_attn_head(const char *what, const float *qh, const uint16_t *k, const uint16_t *v,
+                            int n_ctx, int hd, int kv_stride, float scale, const float *oh, int ldo,
+                            double *worst) {
+    double *sc = malloc((size_t)(n_ctx > 0 ? n_ctx : 1) * sizeof *sc);
+    ck_assert_ptr_nonnull(sc);
+    double mx = -INFINITY, eps = 0.0, vmax = 0.0;
+    for (int s = 0; s < n_ctx; s++) {
+        double dot = 0.0, mag = 0.0;
+        for (int d = 0; d < hd; d++) {
+            const double p = qh[d] * bf16_val(k[(size_t)s * (size_t)kv_stride + (size_t)d]);
+            dot += p;
+            mag += fabs(p);
+            const double vv = fabs(bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]));
+            if (vv > vmax) vmax = vv;
+        }
+        sc[s] = dot * scale;
+        if (sc[s] > mx) mx = sc[s];
+        const double e = (hd + 2) * U32 * scale * mag;
+        if (e > eps) eps = e;
+    }
+    double z = 0.0;
+    for (int s = 0; s < n_ctx; s++) z += (sc[s] = exp(sc[s] - mx)); /* sc: weights now */
+    const double bound = 2.0 * (2.0 * eps + (n_ctx + hd + 16) * U32) * vmax + 1e-30;
+    for (int d = 0; d < ldo; d++) {
+        const float got = oh[d];
+        if (d >= hd) {
+            ck_assert_msg(isnan(got), "%s: wrote past hd at col %d", what, d);
+            continue;
+        }
+        double ref = 0.0;
+        for (int s = 0; s < n_ctx; s++)
+            ref += sc[s] / z * bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]);
+        const double err = fabs((double)got - ref);
+        ck_assert_msg(err <= bound, "%s: out[%d] = %.9g, want %.9g (err %.3g > %.3g)", what, d, got,
+                      ref, err, bound);
+        if (err / bound > *worst) *worst = err / bound;
+    }
+    free(sc);
+}
+
 /* q [nq][ldq], K/V rows of kv_stride; checks out [nq][ldo] (and the padding stays NaN). */
 static void attn_case(const epyq_kern_table *t, int multi, int nq, int hd, int n_ctx,
                       double *worst) {
@@ -284,46 +326,13 @@ static void attn_case(const epyq_kern_table *t, int multi, int nq, int hd, int n
         for (int h = 0; h < nq; h++)
             t->attn_bf16(q + (size_t)h * (size_t)ldq, k, v, n_ctx, hd, kv_stride, scale,
                          out + (size_t)h * (size_t)ldo);
-    double *sc = malloc(kv_rows * sizeof *sc);
-    ck_assert_ptr_nonnull(sc);
     for (int h = 0; h < nq; h++) {
-        const float *qh = q + (size_t)h * (size_t)ldq;
-        double mx = -INFINITY, eps = 0.0, vmax = 0.0;
-        for (int s = 0; s < n_ctx; s++) {
-            double dot = 0.0, mag = 0.0;
-            for (int d = 0; d < hd; d++) {
-                const double p = qh[d] * bf16_val(k[(size_t)s * (size_t)kv_stride + (size_t)d]);
-                dot += p;
-                mag += fabs(p);
-                const double vv = fabs(bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]));
-                if (vv > vmax) vmax = vv;
-            }
-            sc[s] = dot * scale;
-            if (sc[s] > mx) mx = sc[s];
-            const double e = (hd + 2) * U32 * scale * mag;
-            if (e > eps) eps = e;
-        }
-        double z = 0.0;
-        for (int s = 0; s < n_ctx; s++) z += (sc[s] = exp(sc[s] - mx)); /* sc: weights now */
-        const double bound = 2.0 * (2.0 * eps + (n_ctx + hd + 16) * U32) * vmax + 1e-30;
-        for (int d = 0; d < ldo; d++) {
-            const float got = out[(size_t)h * (size_t)ldo + (size_t)d];
-            if (d >= hd) {
-                ck_assert_msg(isnan(got), "%s attn: wrote past hd at head %d col %d", t->name, h, d);
-                continue;
-            }
-            double ref = 0.0;
-            for (int s = 0; s < n_ctx; s++)
-                ref += sc[s] / z * bf16_val(v[(size_t)s * (size_t)kv_stride + (size_t)d]);
-            const double err = fabs((double)got - ref);
-            ck_assert_msg(err <= bound,
-                          "%s %s nq=%d hd=%d n_ctx=%d: out[%d][%d] = %.9g, want %.9g (err %.3g > %.3g)",
-                          t->name, multi ? "attn_bf16_multi" : "attn_bf16", nq, hd, n_ctx, h, d,
-                          got, ref, err, bound);
-            if (err / bound > *worst) *worst = err / bound;
-        }
+        char what[128];
+        snprintf(what, sizeof what, "%s %s nq=%d hd=%d n_ctx=%d head %d", t->name,
+                 multi ? "attn_bf16_multi" : "attn_bf16", nq, hd, n_ctx, h);
+        check_attn_head(what, q + (size_t)h * (size_t)ldq, k, v, n_ctx, hd, kv_stride, scale,
+                        out + (size_t)h * (size_t)ldo, ldo, worst);
     }
-    free(sc);
     free(k);
     free(v);
     free(q);
@@ -353,6 +362,69 @@ START_TEST(test_attn) { attn_all_tables(0); }
 END_TEST
 
 START_TEST(test_attn_multi) { attn_all_tables(1); }
+END_TEST
+
+/* Prompt tiles: nt tokens x nh heads with their own n_ctx (ragged, unordered, 0 allowed,
+ * tiles of more than one 64-row pass), strided q/out; every row against the double reference,
+ * and each row's bits equal to the same row computed alone (a one-token, one-head tile): the
+ * contract that a row does not depend on its tile. hd 320 runs the ref fallback of the SIMD
+ * tables. */
+static void attn_tile_case(const epyq_kern_table *t, int nt, int nh, int hd, double *worst) {
+    const int kv_stride = hd + 3, ldq_h = hd + 2, ldq_t = nh * ldq_h + 5, ldo_h = hd + 1,
+              ldo_t = nh * ldo_h + 3;
+    const float scale = (float)(1.0 / sqrt((double)hd)) * 2.0f;
+    int n_ctx[24], max_n = 1;
+    for (int i = 0; i < nt; i++) {
+        n_ctx[i] = rnd_range(0, 6) == 0 ? 0 : rnd_range(1, 260);
+        if (n_ctx[i] > max_n) max_n = n_ctx[i];
+    }
+    uint16_t *k = rnd_bf16((size_t)max_n * (size_t)kv_stride),
+             *v = rnd_bf16((size_t)max_n * (size_t)kv_stride);
+    float *q = rnd_floats((size_t)nt * (size_t)ldq_t);
+    for (size_t i = 0; i < (size_t)nt * (size_t)ldq_t; i++) q[i] *= 3.0f;
+    float *out = nan_floats((size_t)nt * (size_t)ldo_t), *one = nan_floats((size_t)ldo_h);
+    t->attn_bf16_tile(q, nt, nh, ldq_t, ldq_h, n_ctx, k, v, hd, kv_stride, scale, out, ldo_t,
+                      ldo_h);
+    for (int i = 0; i < nt; i++) {
+        for (int h = 0; h < nh; h++) {
+            char what[128];
+            snprintf(what, sizeof what,
+                     "%s attn_bf16_tile nt=%d nh=%d hd=%d token %d (n_ctx %d) head %d", t->name, nt,
+                     nh, hd, i, n_ctx[i], h);
+            const float *qh = q + (size_t)i * (size_t)ldq_t + (size_t)h * (size_t)ldq_h;
+            const float *oh = out + (size_t)i * (size_t)ldo_t + (size_t)h * (size_t)ldo_h;
+            check_attn_head(what, qh, k, v, n_ctx[i], hd, kv_stride, scale, oh, ldo_h, worst);
+            t->attn_bf16_tile(qh, 1, 1, 0, 0, &n_ctx[i], k, v, hd, kv_stride, scale, one, 0, 0);
+            ck_assert_msg(memcmp(one, oh, (size_t)hd * sizeof *one) == 0,
+                          "%s: differs from the row alone", what);
+        }
+        for (int d = nh * ldo_h; d < ldo_t; d++)
+            ck_assert_msg(isnan(out[(size_t)i * (size_t)ldo_t + (size_t)d]),
+                          "%s attn_bf16_tile: wrote padding", t->name);
+    }
+    free(k);
+    free(v);
+    free(q);
+    free(out);
+    free(one);
+}
+
+START_TEST(test_attn_tile) {
+    static const int hds[] = {8, 16, 40, 64, 128, 256, 320};
+    static const int shapes[][2] = {{1, 1}, {1, 8},  {4, 8},  {2, 3}, {8, 8},
+                                    {9, 8}, {5, 11}, {24, 2}, {3, 16}};
+    const int nshape = fast_mode() ? 5 : (int)(sizeof shapes / sizeof *shapes);
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0x7113ull + (uint64_t)l;
+        for (size_t ih = 0; ih < sizeof hds / sizeof *hds; ih++)
+            for (int c = 0; c < nshape; c++)
+                attn_tile_case(t, shapes[c][0], shapes[c][1], hds[ih], &worst);
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, "attn_tile", worst);
+    }
+}
 END_TEST
 
 /* A softmax that is one-hot (one score far above the rest) must return that V row: the
@@ -596,6 +668,7 @@ START_TEST(test_tables) {
         ck_assert_ptr_nonnull(t->bf16_gemm_f32);
         ck_assert_ptr_nonnull(t->attn_bf16);
         ck_assert_ptr_nonnull(t->attn_bf16_multi);
+        ck_assert_ptr_nonnull(t->attn_bf16_tile);
         ck_assert_ptr_nonnull(t->gdn_step);
         ck_assert_ptr_nonnull(t->conv_silu);
         ck_assert_ptr_nonnull(t->stream_read);
@@ -643,8 +716,8 @@ static Suite *dense_suite(void) {
     EPYQ_TESTS_ADD(tc, test_isa_parse, test_select_caps, test_tables, test_env_cap);
     tc = epyq_test_case(s, "kernels", 120);
     EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_tokens, test_bitwise_slices,
-                   test_attn, test_attn_multi, test_attn_peaked, test_gdn_step, test_conv_silu,
-                   test_stream_read);
+                   test_attn, test_attn_multi, test_attn_tile, test_attn_peaked, test_gdn_step,
+                   test_conv_silu, test_stream_read);
     return s;
 }
 
