@@ -41,6 +41,7 @@ typedef struct {
     int pp[MAX_LIST], n_pp, tg[MAX_LIST], n_tg, thr[MAX_LIST], n_thr, bat[MAX_LIST], n_bat;
     int reps;
     int ubatch; /* -u: prompt tokens per forward call in ppN tests (0: the whole prompt in one) */
+    int depth;  /* -d: context tokens each sequence holds before a test's timed tokens */
     bool warmup;
     out_fmt out;
     epyq_numpath paths[3]; /* [n_paths] numeric paths, switched on the loaded model */
@@ -61,7 +62,7 @@ typedef struct {
 typedef struct {
     char model[128], format[64], test[48], isa[24], numa[24], path[8], spec[32];
     double size_gib, params_b;
-    int threads, batch, n_prompt, n_gen, n_ubatch;
+    int threads, batch, n_prompt, n_gen, n_ubatch, n_depth;
     double ts_mean, ts_sd, gbps, pct, bw_read;
     double accept_len; /* tokens per forward of the sequence: 1 without speculation */
 } row;
@@ -85,6 +86,10 @@ static void usage(FILE *f) {
         "  -u, --ubatch N           ppN feeds the prompt N tokens per forward call, as `run` and\n"
         "                           `serve` feed theirs in chunks and llama-bench in ubatches\n"
         "                           (default 512, its -ub; 0 = the whole prompt in one call)\n"
+        "  -d, --depth N            each test starts with N tokens of context already in every\n"
+        "                           sequence (prefilled untimed in ubatches; llama-bench's -d):\n"
+        "                           ppN @ dN and tgN @ dN time attention over a long cache\n"
+        "                           (default 0; not with --spec)\n"
         "  -r, --repetitions N      timed repetitions per test (default 5)\n"
         "  -o, --output FMT         md (default), csv, json or jsonl\n"
         "  --path LIST              int4 kernels' numeric paths: a16, a8, a8all or a list (a16,a8)\n"
@@ -137,6 +142,7 @@ static int parse(int argc, char **argv, opts *o) {
                                        {"batch", required_argument, 0, 'b'},
                                        {"repetitions", required_argument, 0, 'r'},
                                        {"ubatch", required_argument, 0, 'u'},
+                                       {"depth", required_argument, 0, 'd'},
                                        {"output", required_argument, 0, 'o'},
                                        {"path", required_argument, 0, 'P'},
                                        {"kv-type", required_argument, 0, EPYQ_TOOL_O_KV},
@@ -167,7 +173,7 @@ static int parse(int argc, char **argv, opts *o) {
     epyq_tool_rt_defaults(&o->rt);
     int c, rc;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:o:h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:d:o:h", lo, NULL)) != -1) {
         int rt = epyq_tool_rt_opt(&o->rt, "epyq bench", c, optarg);
         if (rt != 1) {
             if (rt) return rt;
@@ -184,6 +190,12 @@ static int parse(int argc, char **argv, opts *o) {
             long v;
             if (epyq_tool_opt_long("epyq bench", optarg, 0, 1000000, &v)) return 2;
             o->ubatch = (int)v;
+            break;
+        }
+        case 'd': {
+            long v;
+            if (epyq_tool_opt_long("epyq bench", optarg, 0, 1000000, &v)) return 2;
+            o->depth = (int)v;
             break;
         }
         case 'r':
@@ -278,6 +290,12 @@ static int parse(int argc, char **argv, opts *o) {
         return fprintf(stderr, "epyq bench: give exactly one of -m DIR or --synthetic SHAPE[:FORMAT]\n"), 2;
     if (o->ep && o->rt.use_numa)
         return fprintf(stderr, "epyq bench: --ep runs without NUMA placement: drop --numa*\n"), 2;
+    for (int i = 0; o->depth > 0 && i < o->n_spec; i++)
+        if (o->spec[i].k > 0)
+            return fprintf(
+                       stderr,
+                       "epyq bench: --depth: applies to pp and plain tg tests; drop --spec mtp:K\n"),
+                   2;
     return -1;
 }
 
@@ -299,11 +317,36 @@ typedef struct {
     double bytes;        /* weight bytes the last run's forward calls streamed */
 } bench_ctx;
 
+/* -d: sequence s gets c->o->depth tokens of context (untimed, -u tokens per call, no logits);
+ * the distinct ids keep its tokens apart from the timed ones. */
+static epyq_status fill_depth(bench_ctx *c, epyq_seq *s, epyq_err *err) {
+    const int d = c->o->depth, ub = c->o->ubatch > 0 && c->o->ubatch < d ? c->o->ubatch : d;
+    epyq_status st = EPYQ_OK;
+    epyq_model_prof_pause(c->m, true); /* --profile covers the timed tokens only */
+    for (int i = 0; st == EPYQ_OK && i < d; i += ub) {
+        const int len = d - i < ub ? d - i : ub;
+        int32_t *tok = malloc((size_t)len * sizeof *tok);
+        epyq_seq **seq = malloc((size_t)len * sizeof *seq);
+        if (!tok || !seq) {
+            st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
+        } else {
+            for (int k = 0; k < len; k++)
+                tok[k] = synth_token((uint32_t)(500000 + i + k), c->V), seq[k] = s;
+            epyq_batch b = {len, seq, tok, NULL};
+            st = epyq_model_forward(c->m, &b, NULL, NULL, err);
+        }
+        free(tok), free(seq);
+    }
+    epyq_model_prof_pause(c->m, false);
+    return st;
+}
+
 /* One timed prefill of n tokens, -u tokens per forward call (logits of the last token only);
  * returns seconds or < 0 with err set. */
 static double run_pp(bench_ctx *c, int n, epyq_err *err) {
     epyq_seq *s = c->seqs[0];
     epyq_seq_reset(s);
+    if (fill_depth(c, s, err) != EPYQ_OK) return -1;
     for (int i = 0; i < n; i++) c->tok[i] = synth_token((uint32_t)i, c->V), c->bseq[i] = s;
     uint8_t *want = calloc((size_t)n, 1);
     if (!want) return epyq_err_set(err, EPYQ_E_NOMEM, "out of memory"), -1;
@@ -327,6 +370,7 @@ static double run_pp(bench_ctx *c, int n, epyq_err *err) {
 static double run_tg(bench_ctx *c, int n, int B, epyq_err *err) {
     for (int j = 0; j < B; j++) {
         epyq_seq_reset(c->seqs[j]);
+        if (fill_depth(c, c->seqs[j], err) != EPYQ_OK) return -1;
         c->bseq[j] = c->seqs[j];
         c->tok[j] = synth_token((uint32_t)(1000 + j), c->V);
     }
@@ -417,6 +461,13 @@ static void stats(const double *v, int n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
+/* llama-bench's test name at a depth, "pp512 @ d4096", and the n_depth column */
+static void depth_suffix(row *r, int depth) {
+    r->n_depth = depth;
+    const size_t l = strlen(r->test);
+    if (depth > 0 && l < sizeof r->test) snprintf(r->test + l, sizeof r->test - l, " @ d%d", depth);
+}
+
 /* --ep: ranks other than 0 compute along and print nothing */
 static bool g_quiet;
 
@@ -427,7 +478,7 @@ static void print_header(out_fmt f) {
         printf("| --- | --- | ---: | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     } else if (f == OUT_CSV) {
         printf(
-            "model,format,size_gib,params_b,isa,path,threads,numa,test,spec,accept_len,n_prompt,n_ubatch,n_gen,n_batch,avg_ts,"
+            "model,format,size_gib,params_b,isa,path,threads,numa,test,spec,accept_len,n_prompt,n_ubatch,n_gen,n_batch,n_depth,avg_ts,"
             "stddev_ts,gbps,read_gbps,pct_read_bw\n");
     } else if (f == OUT_JSON) {
         printf("[\n");
@@ -446,21 +497,21 @@ static void print_row(out_fmt f, const row *r, bool first) {
                r->format, size, params, r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->ts_mean,
                r->ts_sd, r->gbps, r->pct);
     } else if (f == OUT_CSV) {
-        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%s,%.3f,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n",
+        printf("%s,%s,%.3f,%.3f,%s,%s,%d,%s,%s,%s,%.3f,%d,%d,%d,%d,%d,%.4f,%.4f,%.3f,%.3f,%.2f\n",
                r->model, r->format, r->size_gib, r->params_b, r->isa, r->path, r->threads, r->numa,
                r->test, r->spec, r->accept_len, r->n_prompt, r->n_ubatch, r->n_gen, r->batch,
-               r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct);
+               r->n_depth, r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct);
     } else {
         printf(
             "%s{\"model\": \"%s\", \"format\": \"%s\", \"size_gib\": %.3f, \"params_b\": %.3f, \"isa\": \"%s\", \"path\": \"%s\", "
             "\"threads\": %d, \"numa\": \"%s\", \"test\": \"%s\", \"spec\": \"%s\", \"accept_len\": %.3f, "
             "\"n_prompt\": %d, \"n_ubatch\": %d, \"n_gen\": %d, "
-            "\"n_batch\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
+            "\"n_batch\": %d, \"n_depth\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"gbps\": %.3f, \"read_gbps\": %.3f, "
             "\"pct_read_bw\": %.2f}%s",
             f == OUT_JSON && !first ? ",\n" : "", r->model, r->format, r->size_gib, r->params_b,
             r->isa, r->path, r->threads, r->numa, r->test, r->spec, r->accept_len, r->n_prompt,
-            r->n_ubatch, r->n_gen, r->batch, r->ts_mean, r->ts_sd, r->gbps, r->bw_read, r->pct,
-            f == OUT_JSONL ? "\n" : "");
+            r->n_ubatch, r->n_gen, r->batch, r->n_depth, r->ts_mean, r->ts_sd, r->gbps, r->bw_read,
+            r->pct, f == OUT_JSONL ? "\n" : "");
     }
     fflush(stdout);
 }
@@ -522,7 +573,8 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
     double *gbs = calloc((size_t)o->reps, sizeof(double)), sd; /* weight GB/s per repetition */
     if (!c.seqs || !c.bseq || !c.tok || !c.logits || !samples || !probes || !gbs)
         st = epyq_err_set(err, EPYQ_E_NOMEM, "out of memory");
-    int ctx = (max_pp > max_tg ? max_pp : max_tg) + 2 + EPYQ_SPEC_MAX; /* a last step's drafts */
+    int ctx = o->depth + (max_pp > max_tg ? max_pp : max_tg) + 2 +
+              EPYQ_SPEC_MAX; /* a last step's drafts */
     for (int j = 0; st == EPYQ_OK && j < max_b; j++)
         st = epyq_seq_create(&c.seqs[j], c.m, ctx, o->rt.kv, err);
 
@@ -567,6 +619,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
         if (st != EPYQ_OK) break;
         stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
         snprintf(r.test, sizeof r.test, "pp%d", n);
+        depth_suffix(&r, o->depth);
         snprintf(r.spec, sizeof r.spec, "none");
         r.accept_len = 1.0;
         r.n_prompt = n, r.n_gen = 0, r.batch = 1;
@@ -628,6 +681,7 @@ static epyq_status bench_threads(const opts *o, const char *dir, int threads, co
             stats(samples, o->reps, &r.ts_mean, &r.ts_sd);
             if (B == 1) snprintf(r.test, sizeof r.test, "tg%d", n);
             else snprintf(r.test, sizeof r.test, "tg%d b%d", n, B);
+            depth_suffix(&r, K ? 0 : o->depth);
             if (K) snprintf(r.spec, sizeof r.spec, "mtp:%d%s", K, forced ? ":forced" : fixed ? ":fixed" : "");
             else snprintf(r.spec, sizeof r.spec, "none");
             r.accept_len = K ? acc / o->reps : 1.0;

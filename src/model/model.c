@@ -178,7 +178,7 @@ void epyq_model_free(epyq_model *m) {
     layer_free(m, &m->mtp);
     free(m->layers);
     free(m->final_norm), free(m->inv_freq);
-    free(m->perm_x), free(m->perm_act), free(m->prof);
+    free(m->perm_x), free(m->perm_act), free(m->prof), free(m->prof_held);
     epyq_rlin_free(m, &m->lm_head), epyq_rlin_free(m, &m->mtp_fc),
         epyq_rlin_free(m, &m->draft_head);
     free(m->mtp_norm_e), free(m->mtp_norm_h), free(m->mtp_norm);

@@ -150,6 +150,9 @@ void epyq_model_set_moe_split(epyq_model *m, bool on);
  * off frees them; read gives the counts since the last reset (false while off). */
 bool epyq_model_prof_enable(epyq_model *m, bool on);
 bool epyq_model_prof_read(const epyq_model *m, epyq_prof *out);
+/* Hold the counters (forward calls, block times, pool runs and waits) while paused, e.g. over a
+ * benchmark's untimed context fill; a no-op while profiling is off. */
+void epyq_model_prof_pause(epyq_model *m, bool pause);
 /* Bytes of packed weights one token at batch 1 streams (for bandwidth figures): every
  * attention/DeltaNet projection, router, shared expert, top-k routed experts, lm_head. */
 uint64_t epyq_model_active_bytes(const epyq_model *m);

@@ -122,6 +122,7 @@ struct epyq_model {
      * permuted copy of its input, which run_many fills per distinct perm (main thread only). */
     atomic_bool has_perm;
     void *prof;                 /* prof.c's counters while profiling is on, else NULL */
+    void *prof_held;            /* the same while paused (prof NULL then) */
     float *perm_x;              /* [perm_cap_x] x gathered by a perm */
     void *perm_act;             /* [perm_cap_act] its prepared activation */
     size_t perm_cap_x, perm_cap_act;

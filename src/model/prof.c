@@ -22,9 +22,12 @@ const char *epyq_prof_phase_name(epyq_prof_phase ph) {
 typedef struct {
     epyq_prof p;
     uint64_t runs0, wait0;
+    uint64_t pruns, pwait; /* the pool counters when paused */
 } prof_state;
 
 bool epyq_model_prof_enable(epyq_model *m, bool on) {
+    free(m->prof_held);
+    m->prof_held = NULL;
     if (!on) {
         free(m->prof);
         m->prof = NULL;
@@ -35,6 +38,20 @@ bool epyq_model_prof_enable(epyq_model *m, bool on) {
     *s = (prof_state){0};
     if (m->pool) epyq_pool_stats(m->pool, &s->runs0, &s->wait0);
     return true;
+}
+
+void epyq_model_prof_pause(epyq_model *m, bool pause) {
+    prof_state *s = pause ? m->prof : m->prof_held;
+    if (!s) return;
+    uint64_t runs = 0, wait = 0;
+    if (m->pool) epyq_pool_stats(m->pool, &runs, &wait);
+    if (pause) {
+        s->pruns = runs, s->pwait = wait;
+        m->prof_held = s, m->prof = NULL;
+    } else { /* what the pool did meanwhile is not the profile's */
+        s->runs0 += runs - s->pruns, s->wait0 += wait - s->pwait;
+        m->prof = s, m->prof_held = NULL;
+    }
 }
 
 bool epyq_model_prof_read(const epyq_model *m, epyq_prof *out) {

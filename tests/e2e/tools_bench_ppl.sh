@@ -4,7 +4,7 @@
 . "${srcdir:-.}/tests/e2e/tools_lib.sh"
 make_model
 BN="bench -m $M -t 1 -p 8 -n 4 -b 1,2 -r 2 --membw-mb 8"
-COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","spec","accept_len","n_prompt","n_ubatch","n_gen","n_batch","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
+COLS='["model","format","size_gib","params_b","isa","path","threads","numa","test","spec","accept_len","n_prompt","n_ubatch","n_gen","n_batch","n_depth","avg_ts","stddev_ts","gbps","read_gbps","pct_read_bw"]'
 expect 0 "bench -o json" "$EPYQ" $BN -o json
 jq -e --argjson cols "$COLS" '
   length == 3 and (map(.test) == ["pp8","tg4","tg4 b2"]) and
@@ -30,6 +30,14 @@ jq -e '.n_ubatch == 512' "$T/out" >/dev/null && ok "default ubatch 512" || { fai
 expect 0 "bench -u 0" "$EPYQ" bench -m "$M" -t 1 -p 40 -n 0 -u 0 -r 1 --membw-mb 8 -o jsonl
 jq -e '.n_ubatch == 40' "$T/out" >/dev/null && ok "-u 0: the whole prompt in one call" || { fail "-u 0"; cat "$T/out"; }
 expect 2 "bench -u -1" "$EPYQ" bench -m "$M" -u -1
+# -d: every test starts at that depth (llama-bench's "@ dN" names); the spec rows refuse it.
+expect 0 "bench -d 24" "$EPYQ" bench -m "$M" -t 1 -p 8 -n 3 -b 1,2 -d 24 -u 16 -r 1 --membw-mb 8 -o jsonl
+jq -e -s '[.[].test] == ["pp8 @ d24","tg3 @ d24","tg3 b2 @ d24"] and all(.[]; .n_depth == 24 and .avg_ts > 0)' \
+    "$T/out" >/dev/null && ok "depth rows: names and n_depth" || { fail "depth rows"; cat "$T/out"; }
+expect 0 "bench without -d" "$EPYQ" bench -m "$M" -t 1 -p 8 -n 0 -r 1 --membw-mb 8 -o jsonl
+jq -e '.test == "pp8" and .n_depth == 0' "$T/out" >/dev/null && ok "depth 0 by default" || { fail "depth 0"; cat "$T/out"; }
+expect 2 "bench -d with --spec" "$EPYQ" bench -m "$M" -d 8 --spec mtp:2
+expect 2 "bench -d -1" "$EPYQ" bench -m "$M" -d -1
 
 # Speculative rows: real drafts, forced acceptance (k + 1 tokens a step) and a projection.
 expect 0 "bench --spec" "$EPYQ" bench -m "$M" -t 1 -p 0 -n 8 -r 1 --membw-mb 8 -o jsonl \

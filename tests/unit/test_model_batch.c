@@ -188,6 +188,17 @@ START_TEST(test_prompt_threads_profile) {
     ck_assert(pf.pool_runs > 0);
     printf("profile of a %d-token prompt, 2 threads: %.3f of %.3f ms in blocks, %llu pool runs\n",
            N, sum * 1e3, wall * 1e3, (unsigned long long)pf.pool_runs);
+    /* paused (bench -d's context fill): a forward call leaves every counter as it was */
+    epyq_model_prof_pause(m2, true);
+    epyq_prof held;
+    ck_assert(!epyq_model_prof_read(m2, &held));
+    free(run_prompt(m2, N, NULL));
+    epyq_model_prof_pause(m2, false);
+    ck_assert(epyq_model_prof_read(m2, &held));
+    ck_assert_int_eq((int)held.forwards, 1);
+    ck_assert(memcmp(held.ns, pf.ns, sizeof pf.ns) == 0);
+    ck_assert_uint_eq(held.pool_runs, pf.pool_runs);
+    ck_assert_uint_eq(held.pool_wait_ns, pf.pool_wait_ns);
     ck_assert(epyq_model_prof_enable(m2, false));
     ck_assert(!epyq_model_prof_read(m2, &pf));
     free(a), free(b), free(c);
