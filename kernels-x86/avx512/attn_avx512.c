@@ -1,21 +1,24 @@
 /* kernels-x86/avx512/attn_avx512.c — attention over a bf16 KV cache for the AVX-512 tables.
  *
- *   epyq_attn_bf16[_multi]_avx512  one token's query heads that share a kv head (decode)
- *   epyq_attn_bf16_tile_avx512     a tile of prompt tokens x those heads (prefill)
+ *   epyq_attn_bf16[_multi]_avx512  one token's query heads that share a kv head
+ *   epyq_attn_bf16_tile_avx512     a tile of tokens x those heads (the model's prompts and
+ *                                  decode tokens: one kernel, so the same bits for both)
  *
- * Decode: one pass over K/V with an online softmax per block of 16 keys: block scores ->
+ * GQA entry: one pass over K/V with an online softmax per block of 16 keys: block scores ->
  * block max -> one vector exp for 16 probabilities -> rescale the running sum/output once
  * per block. Heads that share a kv head (GQA) are processed together so every K/V row is
  * loaded once per group of up to 8 heads.
  *
- * Prefill: the rows of a tile (token x head, up to 64 per pass) sit in the lanes of vectors
+ * Tiles: the rows of a tile (token x head, up to 64 per pass) sit in the lanes of vectors
  * of 16 rows, q and the output transposed to [d][16 rows] in scratch. Each 16-key step widens
  * its K and V rows once into fp32 scratch; then per chunk of 16 rows a score vector per key
  * is a column of FMAs (broadcast k[key][d] times q[d][rows]), the softmax max, exp and
  * running sum are lane-wise, and the output update broadcasts v[key][d] against the 16
  * probability vectors held in registers. No horizontal sum is left, K/V cross the cache once
  * per tile instead of once per token, and every lane (row) is computed independently of the
- * others: a row's bits do not depend on which tile it was in.
+ * others: a row's bits do not depend on which tile it was in. Up to 8 rows (a decode token)
+ * keep the output as [row][d] and update it with d in the lanes, the same operations per
+ * element in the same order, so the same bits at half the FMAs of 8 lanes of 16.
  *
  * hd must be a multiple of 16 (the tile path also hd <= 256), else the ref twin runs. Error
  * bounds against a double reference are asserted in tests/kern/test_dense.c. */
@@ -147,6 +150,7 @@ void epyq_attn_bf16_avx512(const float *q, const uint16_t *k, const uint16_t *v,
 #define TL_KEYS 16 /* keys per online-softmax step: one score vector (16 rows) per key */
 #define TL_CH 4    /* chunks of 16 rows per pass over K/V */
 #define TL_HD 256  /* the largest hd the scratch holds */
+#define TL_FEW 8   /* rows that take tile_pv_rows: a decode token's GQA group */
 #define UNROLL16 _Pragma("GCC unroll 16")
 
 /* Per-thread scratch (160 KiB): transposed q and output of a pass, the step's K/V in fp32. */
@@ -175,19 +179,18 @@ static float *row_out(const tile_rows *r, int32_t row) {
            (size_t)(row % r->nh) * (size_t)r->ldo_h;
 }
 
-/* One chunk of 16 rows over one step of 16 keys (kw/vw; keys at or past a row's n_ctx, and
- * the zeroed rows past the step's end, get probability 0). */
-INLINE void tile_step(const float *qt, float *ot, const float (*kw)[TL_HD],
-                      const float (*vw)[TL_HD], size_t hd, int32_t s0, __m512i lim, __m512 scale,
-                      __m512 *m, __m512 *l) {
-    __m512 s[TL_KEYS];
+/* Scores and the online-softmax update of one chunk of 16 rows over one step of 16 keys (kw):
+ * p[j] the step's probabilities (0 at or past a row's n_ctx, and for the zeroed keys past the
+ * cache end), alpha the factor for what the rows summed before. */
+INLINE void tile_scores(const float *qt, const float (*kw)[TL_HD], size_t hd, int32_t s0,
+                        __m512i lim, __m512 scale, __m512 *m, __m512 *l, __m512 *p, __m512 *alpha) {
     UNROLL16
-    for (int32_t j = 0; j < TL_KEYS; j++) s[j] = _mm512_setzero_ps();
+    for (int32_t j = 0; j < TL_KEYS; j++) p[j] = _mm512_setzero_ps();
     for (size_t d = 0; d < hd; d++) {
         const __m512 qv = _mm512_load_ps(qt + d * 16);
         UNROLL16
         for (int32_t j = 0; j < TL_KEYS; j++)
-            s[j] = _mm512_fmadd_ps(_mm512_set1_ps(kw[j][d]), qv, s[j]);
+            p[j] = _mm512_fmadd_ps(_mm512_set1_ps(kw[j][d]), qv, p[j]);
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __mmask16 live[TL_KEYS];
@@ -195,32 +198,63 @@ INLINE void tile_step(const float *qt, float *ot, const float (*kw)[TL_HD],
     UNROLL16
     for (int32_t j = 0; j < TL_KEYS; j++) {
         live[j] = _mm512_cmpgt_epi32_mask(lim, _mm512_set1_epi32(s0 + j));
-        s[j] = _mm512_mask_mul_ps(ninf, live[j], s[j], scale);
-        bmax = _mm512_max_ps(bmax, s[j]);
+        p[j] = _mm512_mask_mul_ps(ninf, live[j], p[j], scale);
+        bmax = _mm512_max_ps(bmax, p[j]);
     }
     const __m512 mnew = _mm512_max_ps(*m, bmax);
     /* rows without a live key yet keep max -inf; they shift by 0 so no lane sees inf - inf */
     const __m512 shift = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_UQ), mnew);
-    const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(*m, ninf, _CMP_NEQ_UQ),
-                                             exp_neg(_mm512_sub_ps(*m, shift)));
-    __m512 sum = _mm512_mul_ps(*l, alpha);
+    *alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(*m, ninf, _CMP_NEQ_UQ),
+                                 exp_neg(_mm512_sub_ps(*m, shift)));
+    __m512 sum = _mm512_mul_ps(*l, *alpha);
     UNROLL16
     for (int32_t j = 0; j < TL_KEYS; j++) {
-        s[j] = _mm512_maskz_mov_ps(live[j], exp_neg(_mm512_sub_ps(s[j], shift)));
-        sum = _mm512_add_ps(sum, s[j]);
+        p[j] = _mm512_maskz_mov_ps(live[j], exp_neg(_mm512_sub_ps(p[j], shift)));
+        sum = _mm512_add_ps(sum, p[j]);
     }
     *l = sum;
     *m = mnew;
+}
+
+/* The output update with the rows in lanes, ot [d][16 rows]: o = o * alpha, then one FMA per
+ * key in key order, v[key][d] broadcast against the probability vectors in registers. */
+INLINE void tile_pv_lanes(float *ot, const float (*vw)[TL_HD], size_t hd, const __m512 *p,
+                          __m512 alpha) {
     for (size_t d = 0; d < hd; d += 2) {
         __m512 o0 = _mm512_mul_ps(_mm512_load_ps(ot + d * 16), alpha);
         __m512 o1 = _mm512_mul_ps(_mm512_load_ps(ot + d * 16 + 16), alpha);
         UNROLL16
         for (int32_t j = 0; j < TL_KEYS; j++) {
-            o0 = _mm512_fmadd_ps(_mm512_set1_ps(vw[j][d]), s[j], o0);
-            o1 = _mm512_fmadd_ps(_mm512_set1_ps(vw[j][d + 1]), s[j], o1);
+            o0 = _mm512_fmadd_ps(_mm512_set1_ps(vw[j][d]), p[j], o0);
+            o1 = _mm512_fmadd_ps(_mm512_set1_ps(vw[j][d + 1]), p[j], o1);
         }
         _mm512_store_ps(ot + d * 16, o0);
         _mm512_store_ps(ot + d * 16 + 16, o1);
+    }
+}
+
+/* The same update with d in lanes for a few rows (a decode token's GQA group), o [nr][hd]:
+ * per element the same operations in the same order as tile_pv_lanes, so the same bits, at
+ * nr/16 of its FMAs. */
+INLINE void tile_pv_rows(float *o, int32_t nr, const float (*vw)[TL_HD], size_t hd, const __m512 *p,
+                         __m512 alpha) {
+    _Alignas(64) float pv[TL_KEYS][16], av[16];
+    UNROLL16
+    for (int32_t j = 0; j < TL_KEYS; j++) _mm512_store_ps(pv[j], p[j]);
+    _mm512_store_ps(av, alpha);
+    for (int32_t r = 0; r < nr; r++) {
+        __m512 pr[TL_KEYS];
+        UNROLL16
+        for (int32_t j = 0; j < TL_KEYS; j++) pr[j] = _mm512_set1_ps(pv[j][r]);
+        const __m512 ar = _mm512_set1_ps(av[r]);
+        float *orow = o + (size_t)r * hd;
+        for (size_t d = 0; d < hd; d += 16) {
+            __m512 acc = _mm512_mul_ps(_mm512_load_ps(orow + d), ar);
+            UNROLL16
+            for (int32_t j = 0; j < TL_KEYS; j++)
+                acc = _mm512_fmadd_ps(_mm512_load_ps(&vw[j][d]), pr[j], acc);
+            _mm512_store_ps(orow + d, acc);
+        }
     }
 }
 
@@ -229,6 +263,8 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
                       const uint16_t *v, size_t hd, size_t kv_stride, float scale) {
     tile_ws *w = &tl_ws;
     const int32_t nc = (nr + 15) / 16;
+    /* up to TL_FEW rows keep their output as [row][d] (tile_pv_rows), else [d][16 rows] */
+    const bool few = nr <= TL_FEW;
     __m512i lim[TL_CH];
     __m512 m[TL_CH], l[TL_CH];
     int32_t max_n = 0;
@@ -245,7 +281,7 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
         lim[c] = _mm512_loadu_si512(lv);
         m[c] = _mm512_set1_ps(-INFINITY);
         l[c] = _mm512_setzero_ps();
-        memset(w->ot + (size_t)c * hd * 16, 0, hd * 16 * sizeof(float));
+        memset(w->ot + (size_t)c * hd * 16, 0, hd * 16 * sizeof(float)); /* either layout */
     }
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int32_t s0 = 0; s0 < max_n; s0 += TL_KEYS) {
@@ -264,11 +300,16 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
                                    : _mm512_setzero_ps());
             }
         }
-        for (int32_t c = 0; c < nc; c++)
-            if (_mm512_cmpgt_epi32_mask(lim[c], _mm512_set1_epi32(s0)))
-                tile_step(w->qt + (size_t)c * hd * 16, w->ot + (size_t)c * hd * 16,
-                          (const float(*)[TL_HD])w->kw, (const float(*)[TL_HD])w->vw, hd, s0,
-                          lim[c], vscale, &m[c], &l[c]);
+        for (int32_t c = 0; c < nc; c++) {
+            if (!_mm512_cmpgt_epi32_mask(lim[c], _mm512_set1_epi32(s0))) continue;
+            __m512 p[TL_KEYS], alpha;
+            tile_scores(w->qt + (size_t)c * hd * 16, (const float(*)[TL_HD])w->kw, hd, s0, lim[c],
+                        vscale, &m[c], &l[c], p, &alpha);
+            if (few) tile_pv_rows(w->ot, nr, (const float(*)[TL_HD])w->vw, hd, p, alpha);
+            else
+                tile_pv_lanes(w->ot + (size_t)c * hd * 16, (const float(*)[TL_HD])w->vw, hd, p,
+                              alpha);
+        }
     }
     for (int32_t c = 0; c < nc; c++) {
         /* rows that saw no key (n_ctx = 0) have sum 0 and output 0 */
@@ -276,6 +317,18 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
             _mm512_cmp_ps_mask(l[c], _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(1.0f), l[c]);
         const float *ot = w->ot + (size_t)c * hd * 16;
         const int32_t rows = nr - c * 16 < 16 ? nr - c * 16 : 16;
+        if (few) { /* the same multiply per element as below */
+            _Alignas(64) float iv[16];
+            _mm512_store_ps(iv, inv);
+            for (int32_t i = 0; i < rows; i++) {
+                const __m512 ri = _mm512_set1_ps(iv[i]);
+                float *dst = row_out(r, r0 + i);
+                for (size_t d = 0; d < hd; d += 16)
+                    _mm512_storeu_ps(dst + d,
+                                     _mm512_mul_ps(_mm512_load_ps(ot + (size_t)i * hd + d), ri));
+            }
+            continue;
+        }
         float *dst[16];
         for (int32_t i = 0; i < rows; i++) dst[i] = row_out(r, r0 + c * 16 + i);
         for (size_t d = 0; d < hd; d++) {
