@@ -37,6 +37,7 @@ static const epyq_kern_table own_ref = {
     .gdn_step = epyq_gdn_step_ref,
     .conv_silu = epyq_conv_silu_ref,
     .stream_read = epyq_stream_read_ref,
+    .f32_gemm = epyq_f32_gemm_ref,
     .act_prep = epyq_act_prep_ref,
     .w4_gemm = epyq_w4_gemm_ref,
     .w4_expert = epyq_w4_expert_ref,
@@ -59,6 +60,7 @@ static const epyq_kern_table own_avx2 = {
     .gdn_step = epyq_gdn_step_avx2,
     .conv_silu = epyq_conv_silu_avx2,
     .stream_read = epyq_stream_read_avx2,
+    .f32_gemm = epyq_f32_gemm_avx2,
     .w4_gemm = epyq_w4_gemm_avx2,
     .w4_expert = epyq_w4_expert_avx2,
     .w4_expert_gu = epyq_w4_expert_gu_avx2,
@@ -79,6 +81,7 @@ static const epyq_kern_table own_avx512 = {
     .gdn_step = epyq_gdn_step_avx512,
     .conv_silu = epyq_conv_silu_avx512,
     .stream_read = epyq_stream_read_avx512,
+    .f32_gemm = epyq_f32_gemm_avx512,
 };
 
 /* + VNNI (VPDPBUSD, VPDPWSSD): Intel Cascade Lake (2019-), Ice Lake. Dense kernels are those
@@ -140,6 +143,7 @@ static void build_tables(void) {
         INHERIT(gdn_step);
         INHERIT(conv_silu);
         INHERIT(stream_read);
+        INHERIT(f32_gemm);
         INHERIT(fill_normal);
         INHERIT(minmax);
         INHERIT(quant_codes);

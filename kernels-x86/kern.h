@@ -107,6 +107,9 @@ typedef enum {
     EPYQ_Q4_ROUND_MUL_SYM,
 } epyq_q4_round;
 
+/* How f32_gemm stores its product into C. */
+typedef enum { EPYQ_GEMM_SET = 0, EPYQ_GEMM_ADD, EPYQ_GEMM_SUB } epyq_gemm_op;
+
 /* The table of kernels for one ISA level. */
 typedef struct epyq_kern_table {
     const char *name; /* "ref", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "avx512_amx" */
@@ -189,6 +192,15 @@ typedef struct epyq_kern_table {
      * S fp32 [dk][dv] updated in place; k, q (already L2-normalised/scaled) [dk]; v, o [dv]. */
     void (*gdn_step)(float *S, const float *k, const float *v, const float *q, float alpha,
                      float beta, int32_t dk, int32_t dv, float *o);
+
+    /* Small fp32 matrix product (the chunked DeltaNet's WY/UT steps):
+     *   C[i][j] (op) sum_l A[i][l] B[l][j],  i < m, j < n, l < k ascending,
+     * op EPYQ_GEMM_SET (=), EPYQ_GEMM_ADD (+=) or EPYQ_GEMM_SUB (-=). A [m][lda], B [k][ldb],
+     * C [m][ldc] fp32 row-major; m, n, k >= 0 (k = 0 is a zero product); C overlaps neither
+     * A nor B. Each element's sum is one fp32 accumulator (the SIMD tables fuse the
+     * multiply-adds), added into C once; elements of C outside m x n are not touched. */
+    void (*f32_gemm)(float *C, int32_t ldc, const float *A, int32_t lda, const float *B,
+                     int32_t ldb, int32_t m, int32_t n, int32_t k, epyq_gemm_op op);
 
     /* One token of a causal depthwise conv with SiLU over channels c < n (DeltaNet's conv1d):
      *   s[c] = w[kc-1][c] x[c] + sum_{r < kc-1} w[r][c] st[r][c], r ascending;

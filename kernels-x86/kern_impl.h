@@ -37,6 +37,9 @@
     void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
                              float alpha, float beta, int32_t dk, int32_t dv, float *o)
 #define EPYQ_DECLARE_STREAM(sfx) double epyq_stream_read_##sfx(const float *buf, size_t n)
+#define EPYQ_DECLARE_F32_GEMM(sfx)                                                                 \
+    void epyq_f32_gemm_##sfx(float *C, int32_t ldc, const float *A, int32_t lda, const float *B,   \
+                             int32_t ldb, int32_t m, int32_t n, int32_t k, epyq_gemm_op op)
 #define EPYQ_DECLARE_CONV(sfx)                                                                     \
     void epyq_conv_silu_##sfx(float *x, float *st, size_t lds, const float *w, size_t ldw,         \
                               int32_t kc, int32_t n)
@@ -54,6 +57,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(ref);
 EPYQ_DECLARE_ATTN(ref);
 EPYQ_DECLARE_GDN(ref);
 EPYQ_DECLARE_STREAM(ref);
+EPYQ_DECLARE_F32_GEMM(ref);
 EPYQ_DECLARE_CONV(ref);
 EPYQ_DECLARE_FILL_QUANT(ref); /* kernels-x86/ref/fill_quant_ref.c */
 
@@ -63,6 +67,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(avx2);
 EPYQ_DECLARE_ATTN(avx2);
 EPYQ_DECLARE_GDN(avx2);
 EPYQ_DECLARE_STREAM(avx2);
+EPYQ_DECLARE_F32_GEMM(avx2); /* kernels-x86/avx2/f32_gemm_avx2.c */
 EPYQ_DECLARE_CONV(avx2);
 EPYQ_DECLARE_FILL_QUANT(avx2); /* kernels-x86/avx2/fill_quant_avx2.c */
 
@@ -73,6 +78,7 @@ EPYQ_DECLARE_BF16_GEMM_F32(avx512);
 EPYQ_DECLARE_ATTN(avx512);
 EPYQ_DECLARE_GDN(avx512);
 EPYQ_DECLARE_STREAM(avx512);
+EPYQ_DECLARE_F32_GEMM(avx512); /* kernels-x86/avx512/f32_gemm_avx512.c */
 EPYQ_DECLARE_CONV(avx512);
 EPYQ_DECLARE_BF16_GEMM(avx512bf16);
 

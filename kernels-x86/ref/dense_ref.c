@@ -124,3 +124,26 @@ double epyq_stream_read_ref(const float *buf, size_t n) {
     for (size_t i = 0; i < n; i++) acc += buf[i];
     return acc;
 }
+
+/* Row i of C in column blocks of GEMM_REF_NB: the block's accumulators walk l ascending, as
+ * every element's sum does in the SIMD tables (there fused, here two roundings per term). */
+#define GEMM_REF_NB 64
+void epyq_f32_gemm_ref(float *C, int32_t ldc, const float *A, int32_t lda, const float *B,
+                       int32_t ldb, int32_t m, int32_t n, int32_t k, epyq_gemm_op op) {
+    float acc[GEMM_REF_NB];
+    for (int32_t i = 0; i < m; i++)
+        for (int32_t j0 = 0; j0 < n; j0 += GEMM_REF_NB) {
+            const int32_t nb = n - j0 < GEMM_REF_NB ? n - j0 : GEMM_REF_NB;
+            for (int32_t j = 0; j < nb; j++) acc[j] = 0.0f;
+            for (int32_t l = 0; l < k; l++) {
+                const float a = A[(size_t)i * (size_t)lda + (size_t)l];
+                const float *b = B + (size_t)l * (size_t)ldb + (size_t)j0;
+                for (int32_t j = 0; j < nb; j++) acc[j] += a * b[j];
+            }
+            float *c = C + (size_t)i * (size_t)ldc + (size_t)j0;
+            for (int32_t j = 0; j < nb; j++)
+                c[j] = op == EPYQ_GEMM_SET   ? acc[j]
+                       : op == EPYQ_GEMM_ADD ? c[j] + acc[j]
+                                             : c[j] - acc[j];
+        }
+}

@@ -26,120 +26,104 @@ static void l2norm_scale(float *v, int32_t n, float scale) {
     for (int32_t i = 0; i < n; i++) v[i] *= inv;
 }
 
-/* One chunk of c <= GDN_CHUNK tokens of one head (the chunked form of docs/architecture.md §4.5).
- * Rows of q/k (stride ld_qk), v (ld_v), o (ld_o); g = log decay per token, beta per token. */
-static void chunk_one(float *S, const float *q, const float *k, const float *v, const float *g,
-                      const float *beta, int32_t c, int32_t ld_qk, int32_t ld_v, int32_t dk,
-                      int32_t dv, float *o, int32_t ld_o, double *gam, float *A, float *U,
-                      float *W) {
-    double acc = 0.0;
-    for (int32_t t = 0; t < c; t++) gam[t] = (acc += g[t]);
-    /* A[t][s] = beta_t (k_t . k_s) e^(gam_t - gam_s), strictly lower triangular */
+/* One chunk of c <= GDN_CHUNK tokens of one head in the WY/UT form (docs/architecture.md §4.5):
+ * every step with O(c d^2) or O(c^2 d) work is one f32_gemm call, so the state S (dk x dv,
+ * 64 KiB at 128 x 128) is read by register-blocked products once per chunk instead of three
+ * times per token. Rows of q/k (stride ld_qk), v (ld_v), o (ld_o); g = log decay per token,
+ * beta per token; ws holds chunk_ws_floats(dk, dv) floats. */
+static void chunk_one(const epyq_kern_table *kt, float *S, const float *q, const float *k,
+                      const float *v, const float *g, const float *beta, int32_t c, int32_t ld_qk,
+                      int32_t ld_v, int32_t dk, int32_t dv, float *o, int32_t ld_o, float *ws) {
+    enum { C = GDN_CHUNK };
+    const int32_t dm = dk > dv ? dk : dv;
+    float *Kt = ws;                 /* [dk][C] k transposed, later scaled per column */
+    float *A = Kt + (size_t)dk * C; /* [C][C] beta_t k_t.k_s decay_ts, s < t; then P */
+    float *Ti = A + (size_t)C * C;  /* [C][C] (I + A)^-1, unit lower triangular */
+    float *R = Ti + (size_t)C * C;  /* [C][dm] right-hand sides, then e^gam Q */
+    float *U = R + (size_t)C * dm;  /* [C][dv] U, then V_new */
+    float *W = U + (size_t)C * dv;  /* [C][dk] */
+    double gam[C], acc = 0.0;
+    float eg[C];
+    for (int32_t t = 0; t < c; t++) gam[t] = (acc += g[t]), eg[t] = (float)exp(gam[t]);
+    for (int32_t s = 0; s < c; s++)
+        for (int32_t i = 0; i < dk; i++) Kt[(size_t)i * C + s] = k[(size_t)s * ld_qk + i];
+    /* A[t][s] = beta_t (k_t . k_s) e^(gam_t - gam_s) below the diagonal, 0 elsewhere */
+    kt->f32_gemm(A, C, k, ld_qk, Kt, C, c, c, dk, EPYQ_GEMM_SET);
+    for (int32_t t = 0; t < c; t++) {
+        float *at = A + (size_t)t * C;
+        for (int32_t s = 0; s < t; s++) at[s] *= beta[t] * expf((float)(gam[t] - gam[s]));
+        for (int32_t s = t; s < c; s++) at[s] = 0.0f;
+    }
+    /* Ti = (I + A)^-1 by rows: Ti_t = e_t - sum_{s<t} A_ts Ti_s (Ti_s is zero beyond column s) */
+    for (int32_t t = 0; t < c; t++) {
+        float *tt = Ti + (size_t)t * C;
+        for (int32_t j = 0; j < c; j++) tt[j] = j == t ? 1.0f : 0.0f;
+        for (int32_t s = 0; s < t; s++) {
+            const float a = A[(size_t)t * C + s], *ts = Ti + (size_t)s * C;
+            for (int32_t j = 0; j <= s; j++) tt[j] -= a * ts[j];
+        }
+    }
+    /* U = Ti (beta V), W = Ti (beta e^gam K), then V_new = U - W S0 */
     for (int32_t t = 0; t < c; t++)
-        for (int32_t s = 0; s < t; s++) {
-            const float *kt = k + (size_t)t * ld_qk, *ks = k + (size_t)s * ld_qk;
-            float d = 0.0f;
-            for (int32_t i = 0; i < dk; i++) d += kt[i] * ks[i];
-            A[t * GDN_CHUNK + s] = beta[t] * d * (float)exp(gam[t] - gam[s]);
-        }
-    /* (I + A) U = beta V, (I + A) W = beta e^gam K: forward substitution row by row */
+        for (int32_t j = 0; j < dv; j++) R[(size_t)t * dm + j] = beta[t] * v[(size_t)t * ld_v + j];
+    kt->f32_gemm(U, dv, Ti, C, R, dm, c, dv, c, EPYQ_GEMM_SET);
     for (int32_t t = 0; t < c; t++) {
-        float *ut = U + (size_t)t * dv, *wt = W + (size_t)t * dk;
-        const float *vt = v + (size_t)t * ld_v, *kt = k + (size_t)t * ld_qk;
-        float bw = beta[t] * (float)exp(gam[t]);
-        for (int32_t j = 0; j < dv; j++) ut[j] = beta[t] * vt[j];
-        for (int32_t i = 0; i < dk; i++) wt[i] = bw * kt[i];
-        for (int32_t s = 0; s < t; s++) {
-            float a = A[t * GDN_CHUNK + s];
-            const float *us = U + (size_t)s * dv, *ws = W + (size_t)s * dk;
-            for (int32_t j = 0; j < dv; j++) ut[j] -= a * us[j];
-            for (int32_t i = 0; i < dk; i++) wt[i] -= a * ws[i];
-        }
+        const float bw = beta[t] * eg[t];
+        for (int32_t i = 0; i < dk; i++) R[(size_t)t * dm + i] = bw * k[(size_t)t * ld_qk + i];
     }
-    /* V_new = U - W S0 (kept in U) */
+    kt->f32_gemm(W, dk, Ti, C, R, dm, c, dk, c, EPYQ_GEMM_SET);
+    kt->f32_gemm(U, dv, W, dk, S, dv, c, dv, dk, EPYQ_GEMM_SUB);
+    /* O = (e^gam Q) S0 + P V_new, P[t][s] = (q_t . k_s) e^(gam_t - gam_s) for s <= t */
+    for (int32_t t = 0; t < c; t++)
+        for (int32_t i = 0; i < dk; i++) R[(size_t)t * dm + i] = eg[t] * q[(size_t)t * ld_qk + i];
+    kt->f32_gemm(o, ld_o, R, dm, S, dv, c, dv, dk, EPYQ_GEMM_SET);
+    float *P = A;
+    kt->f32_gemm(P, C, q, ld_qk, Kt, C, c, c, dk, EPYQ_GEMM_SET);
     for (int32_t t = 0; t < c; t++) {
-        float *ut = U + (size_t)t * dv;
-        const float *wt = W + (size_t)t * dk;
-        for (int32_t i = 0; i < dk; i++) {
-            const float *Si = S + (size_t)i * dv;
-            for (int32_t j = 0; j < dv; j++) ut[j] -= wt[i] * Si[j];
-        }
+        float *pt = P + (size_t)t * C;
+        for (int32_t s = 0; s < t; s++) pt[s] *= expf((float)(gam[t] - gam[s]));
+        for (int32_t s = t + 1; s < c; s++) pt[s] = 0.0f;
     }
-    /* O_t = e^gam_t q_t^T S0 + sum_{s<=t} (q_t . k_s) e^(gam_t - gam_s) V_new_s */
-    for (int32_t t = 0; t < c; t++) {
-        const float *qt = q + (size_t)t * ld_qk;
-        float *ot = o + (size_t)t * ld_o;
-        float et = (float)exp(gam[t]);
-        for (int32_t j = 0; j < dv; j++) ot[j] = 0.0f;
-        for (int32_t i = 0; i < dk; i++) {
-            const float *Si = S + (size_t)i * dv;
-            float qi = qt[i] * et;
-            for (int32_t j = 0; j < dv; j++) ot[j] += qi * Si[j];
-        }
-        for (int32_t s = 0; s <= t; s++) {
-            const float *ks = k + (size_t)s * ld_qk, *us = U + (size_t)s * dv;
-            float d = 0.0f;
-            for (int32_t i = 0; i < dk; i++) d += qt[i] * ks[i];
-            d *= (float)exp(gam[t] - gam[s]);
-            for (int32_t j = 0; j < dv; j++) ot[j] += d * us[j];
-        }
-    }
+    kt->f32_gemm(o, ld_o, P, C, U, dv, c, dv, c, EPYQ_GEMM_ADD);
     /* S1 = e^gam_C S0 + sum_s e^(gam_C - gam_s) k_s V_new_s^T */
-    float eC = (float)exp(gam[c - 1]);
+    const float eC = eg[c - 1];
     for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= eC;
     for (int32_t s = 0; s < c; s++) {
-        const float *ks = k + (size_t)s * ld_qk, *us = U + (size_t)s * dv;
-        float f = (float)exp(gam[c - 1] - gam[s]);
-        for (int32_t i = 0; i < dk; i++) {
-            float ki = f * ks[i];
-            float *Si = S + (size_t)i * dv;
-            for (int32_t j = 0; j < dv; j++) Si[j] += ki * us[j];
-        }
+        const float f = expf((float)(gam[c - 1] - gam[s]));
+        for (int32_t i = 0; i < dk; i++) Kt[(size_t)i * C + s] *= f;
     }
+    kt->f32_gemm(S, dv, Kt, C, U, dv, dk, dv, c, EPYQ_GEMM_ADD);
 }
 
-/* Floats of chunk_head_ws's workspace: A [C][C], U [C][dv], W [C][dk]. */
-static size_t chunk_ws_floats(int32_t dk, int32_t dv) { return (size_t)GDN_CHUNK * (GDN_CHUNK + dv + dk); }
+/* Floats of chunk_one's workspace: Kt [dk][C], A and Ti [C][C], R [C][max(dk, dv)], U [C][dv],
+ * W [C][dk]. */
+static size_t chunk_ws_floats(int32_t dk, int32_t dv) {
+    return (size_t)GDN_CHUNK * (2 * (size_t)dk + 2 * GDN_CHUNK + (dk > dv ? dk : dv) + (size_t)dv);
+}
 
-static void chunk_head_ws(float *S, const float *q, const float *k, const float *v, const float *g,
-                          const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk, int32_t dv,
-                          float *o, int32_t ld_o, float *ws) {
-    double gam[GDN_CHUNK];
-    float *A = ws, *U = A + (size_t)GDN_CHUNK * GDN_CHUNK, *W = U + (size_t)GDN_CHUNK * dv;
+static void chunk_head_ws(const epyq_kern_table *kt, float *S, const float *q, const float *k,
+                          const float *v, const float *g, const float *beta, int32_t n,
+                          int32_t ld_qk, int32_t ld_v, int32_t dk, int32_t dv, float *o,
+                          int32_t ld_o, float *ws) {
     for (int32_t t0 = 0; t0 < n; t0 += GDN_CHUNK) {
         int32_t c = n - t0 < GDN_CHUNK ? n - t0 : GDN_CHUNK;
-        chunk_one(S, q + (size_t)t0 * ld_qk, k + (size_t)t0 * ld_qk, v + (size_t)t0 * ld_v, g + t0, beta + t0, c,
-                  ld_qk, ld_v, dk, dv, o + (size_t)t0 * ld_o, ld_o, gam, A, U, W);
+        chunk_one(kt, S, q + (size_t)t0 * ld_qk, k + (size_t)t0 * ld_qk, v + (size_t)t0 * ld_v,
+                  g + t0, beta + t0, c, ld_qk, ld_v, dk, dv, o + (size_t)t0 * ld_o, ld_o, ws);
     }
 }
 
-void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
-                         const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
-                         int32_t dv, float *o, int32_t ld_o) {
+epyq_status epyq_gdn_chunk_head(const epyq_kern_table *kt, float *S, const float *q, const float *k,
+                                const float *v, const float *g, const float *beta, int32_t n,
+                                int32_t ld_qk, int32_t ld_v, int32_t dk, int32_t dv, float *o,
+                                int32_t ld_o, epyq_err *err) {
     float *ws = malloc(chunk_ws_floats(dk, dv) * sizeof(float));
-    if (!ws) {
-        /* no memory for the chunk buffers: the recurrent form needs none and is exact too */
-        for (int32_t t = 0; t < n; t++) {
-            const float *qt = q + (size_t)t * ld_qk, *kt = k + (size_t)t * ld_qk;
-            float *ot = o + (size_t)t * ld_o;
-            float alpha = expf(g[t]);
-            for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= alpha;
-            for (int32_t j = 0; j < dv; j++) {
-                float mj = 0.0f;
-                for (int32_t i = 0; i < dk; i++) mj += S[(size_t)i * dv + j] * kt[i];
-                float d = beta[t] * (v[(size_t)t * ld_v + j] - mj);
-                for (int32_t i = 0; i < dk; i++) S[(size_t)i * dv + j] += kt[i] * d;
-            }
-            for (int32_t j = 0; j < dv; j++) {
-                float s = 0.0f;
-                for (int32_t i = 0; i < dk; i++) s += S[(size_t)i * dv + j] * qt[i];
-                ot[j] = s;
-            }
-        }
-    } else {
-        chunk_head_ws(S, q, k, v, g, beta, n, ld_qk, ld_v, dk, dv, o, ld_o, ws);
-    }
+    if (!ws)
+        return epyq_err_set(err, EPYQ_E_NOMEM,
+                            "DeltaNet: no memory for a chunk workspace of %zu floats",
+                            chunk_ws_floats(dk, dv));
+    chunk_head_ws(kt, S, q, k, v, g, beta, n, ld_qk, ld_v, dk, dv, o, ld_o, ws);
     free(ws);
+    return EPYQ_OK;
 }
 
 typedef struct {
@@ -202,7 +186,7 @@ static void gdn_task(void *ctx, int32_t task, int32_t worker) {
             g[i] = j->g[(size_t)toks[i] * Hv + vh];
             b[i] = j->beta[(size_t)toks[i] * Hv + vh];
         }
-        chunk_head_ws(S, q, k, v, g, b, n, m->d.Dk, m->d.Dv, m->d.Dk, m->d.Dv, o, m->d.Dv,
+        chunk_head_ws(m->kt, S, q, k, v, g, b, n, m->d.Dk, m->d.Dv, m->d.Dk, m->d.Dv, o, m->d.Dv,
                       b + rows);
         for (int32_t i = 0; i < n; i++)
             memcpy(j->o + (size_t)toks[i] * Hv * m->d.Dv + (size_t)vh * m->d.Dv,

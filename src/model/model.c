@@ -1,5 +1,7 @@
 /* src/model/model.c — loading: bind the checkpoint, turn every weight into runtime form. */
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __GLIBC__
@@ -316,10 +318,29 @@ static epyq_status check_fits(const epyq_weights *w, const char *dir, epyq_err *
                         epyq_numa_size(avail, b[4], 32), src);
 }
 
+/* The token count from which a sequence's DeltaNet runs chunked when the caller left
+ * gdn_chunk_min at 0: EPYQ_GDN_CHUNK (a whole number, <= 0 = never) for tuning runs, else
+ * EPYQ_GDN_CHUNK_DEFAULT. */
+static epyq_status gdn_chunk_default(int32_t *out, epyq_err *err) {
+    const char *e = getenv("EPYQ_GDN_CHUNK");
+    *out = EPYQ_GDN_CHUNK_DEFAULT;
+    if (!e || !*e) return EPYQ_OK;
+    char *end = NULL;
+    errno = 0;
+    const long v = strtol(e, &end, 10);
+    if (errno || *end || v < INT32_MIN || v > INT32_MAX)
+        return epyq_err_set(
+            err, EPYQ_E_ARG,
+            "EPYQ_GDN_CHUNK: expected a whole number of tokens (<= 0 = never), got '%s'", e);
+    *out = v > 0 ? (int32_t)v : -1;
+    return EPYQ_OK;
+}
+
 epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_opts *opts,
                             epyq_err *err) {
     *out = NULL;
     epyq_model_opts o = opts ? *opts : (epyq_model_opts){0};
+    epyq_status st0;
     epyq_model *m = calloc(1, sizeof *m);
     if (!m) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
     if (o.path != EPYQ_PATH_A16 && o.path != EPYQ_PATH_A8 && o.path != EPYQ_PATH_A8_ALL) {
@@ -329,7 +350,11 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     }
     m->path = o.path;
     m->f32_act = o.f32_act;
-    m->gdn_chunk_min = o.gdn_chunk_min;
+    if (o.gdn_chunk_min) m->gdn_chunk_min = o.gdn_chunk_min;
+    else if ((st0 = gdn_chunk_default(&m->gdn_chunk_min, err)) != EPYQ_OK) {
+        free(m);
+        return st0;
+    }
     m->moe_split = true;
     m->ep = o.ep && o.ep->size > 1 ? o.ep : NULL;
     m->kt = o.kernels ? o.kernels : epyq_kern();

@@ -71,6 +71,15 @@ typedef struct epyq_ep {
 /* A model-level value of epyq_model_opts.path beside the kernels' A16 and A8 (the model hands
  * the kernels A8 for it; they never see this value). */
 #define EPYQ_PATH_A8_ALL ((epyq_numpath)2)
+
+/* Tokens of one sequence in one batch from which the DeltaNet runs chunked (see
+ * epyq_model_opts.gdn_chunk_min); -1 = never. The recurrent gdn_step kernel keeps a column
+ * strip of the state in registers for both of its passes, and it measured faster than the
+ * chunked form at every length: Zen 5 VM, 1 thread, one 128 x 128 head over 512 tokens,
+ * 542-586 us recurrent against 814-1039 us chunked (its f32_gemm products alone ~490 us at
+ * 180 GFLOP/s); 8-layer 35b-a3b ct pp512, 2 threads, DeltaNet core 144-153 ms against
+ * 175-199 ms. */
+#define EPYQ_GDN_CHUNK_DEFAULT (-1)
 /* "a16" | "a8" | "a8all" -> the path value, -1 for anything else; and back. */
 int epyq_model_path_parse(const char *s);
 const char *epyq_model_path_name(epyq_numpath path);
@@ -99,11 +108,11 @@ typedef struct {
                                still follow `path`. Same bytes streamed, more arithmetic. */
     const epyq_kern_table *kernels; /* kernel table; NULL = epyq_kern() (tests pin a level) */
     /* A sequence with at least this many tokens in one batch runs the chunked DeltaNet (chunk
-     * 64) instead of the recurrent gdn_step kernel; <= 0 = never (the default). Both compute
-     * the same thing (tests/unit/test_model_gdn.c); at Dk = Dv = 128 they cost the same
-     * multiply-adds, and the recurrent one runs in the SIMD kernel while the chunked one is
-     * plain C, so recurrent is faster here: 128-token prefill of a 4-layer 35b-a3b-shaped ct
-     * model, 1 thread, CPU time: 80 tokens/s recurrent, 53 chunked. */
+     * 64, its products in the f32_gemm kernel) instead of one recurrent gdn_step per token;
+     * < 0 = never; 0 = EPYQ_GDN_CHUNK_DEFAULT, or the environment's EPYQ_GDN_CHUNK (tokens,
+     * <= 0 = never) when set. Both forms compute the same thing within fp32 rounding
+     * (tests/unit/test_model_gdn.c); the default is where the chunked one measured faster (never,
+     * so far). */
     int32_t gdn_chunk_min;
     /* Load progress for displays (tools/tool_model.c): called after each decoder layer is
      * packed and once after the head, with steps done of total (num_hidden_layers + 1) —

@@ -302,10 +302,12 @@ int32_t epyq_seq_conv_taps(const epyq_model *m);
  * reads conv, else writes it. */
 void epyq_seq_conv_canon(const epyq_model *m, float *conv, void *canon, bool to_canon);
 
-/* ---- deltanet.c: the chunked delta rule (exported for the chunked-vs-recurrent test) */
-void epyq_gdn_chunk_head(float *S, const float *q, const float *k, const float *v, const float *g,
-                    const float *beta, int32_t n, int32_t ld_qk, int32_t ld_v, int32_t dk,
-                    int32_t dv, float *o, int32_t ld_o);
+/* ---- deltanet.c: the chunked delta rule of one head over n tokens with kernel table kt
+ * (exported for the chunked-vs-recurrent test); fails only when its workspace cannot be had. */
+epyq_status epyq_gdn_chunk_head(const epyq_kern_table *kt, float *S, const float *q, const float *k,
+                                const float *v, const float *g, const float *beta, int32_t n,
+                                int32_t ld_qk, int32_t ld_v, int32_t dk, int32_t dv, float *o,
+                                int32_t ld_o, epyq_err *err);
 
 /* ---- numa_moe.c: routed experts placed on NUMA nodes (numa_moe.h) */
 typedef struct epyq_model_numa epyq_model_numa;

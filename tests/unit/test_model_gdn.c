@@ -1,13 +1,17 @@
 /* tests/unit/test_model_gdn.c — the two forms of the Gated DeltaNet delta rule, and prefill vs
  * token-by-token decode of the whole model (synthetic tiny checkpoint, no ../shared needed).
- *   - epyq_gdn_chunk_head (chunk 64, fp32) and the gdn_step kernel (recurrent, fp32) against a
+ *   - epyq_gdn_chunk_head (chunk 64, fp32, with every host-runnable kernel table) and the
+ *     gdn_step kernel (recurrent, fp32) against a
  *     double-precision recurrence on random inputs over 150 tokens (two full chunks and a tail)
  *     with a non-zero initial state: outputs and final state within 2e-5 · max|value|;
  *   - whole model (BF16 weights, fp32 activations), one 40-token prefill with the chunked form
  *     vs with the recurrent form, and vs 40 single-token decode steps: max |dlogit| below
- *     1e-4 max|logit| and identical argmax on every row. */
+ *     1e-4 max|logit| and identical argmax on every row;
+ *   - EPYQ_GDN_CHUNK: the default, an override, an explicit option winning, malformed values
+ *     refused. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,25 +72,31 @@ START_TEST(test_chunk_vs_recurrent) {
             o_ref[t][j] = s;
         }
     }
-    epyq_gdn_chunk_head(S_chunk, &q[0][0], &k[0][0], &v[0][0], g, beta, NT, DK, DV, DK, DV, &o_chunk[0][0], DV);
     const epyq_kern_table *kt = epyq_kern();
     for (int t = 0; t < NT; t++) kt->gdn_step(S_step, k[t], v[t], q[t], expf(g[t]), beta[t], DK, DV, o_step[t]);
-
-    double om = maxabs(&o_chunk[0][0], (size_t)NT * DV), sm = maxabs(S_chunk, DK * DV);
-    double eo_c = 0, eo_s = 0, es_c = 0, es_s = 0;
+    double om = maxabs(&o_step[0][0], (size_t)NT * DV), sm = maxabs(S_step, DK * DV);
+    double eo_s = 0, es_s = 0;
     for (int t = 0; t < NT; t++)
-        for (int j = 0; j < DV; j++) {
-            eo_c = fmax(eo_c, fabs(o_chunk[t][j] - o_ref[t][j]));
-            eo_s = fmax(eo_s, fabs(o_step[t][j] - o_ref[t][j]));
-        }
-    for (int i = 0; i < DK * DV; i++) {
-        es_c = fmax(es_c, fabs(S_chunk[i] - S_ref[i]));
-        es_s = fmax(es_s, fabs(S_step[i] - S_ref[i]));
-    }
-    printf("chunked: out %.2e state %.2e; recurrent (%s): out %.2e state %.2e (max |o| %.2f |S| %.2f)\n",
-           eo_c, es_c, kt->name, eo_s, es_s, om, sm);
-    ck_assert(eo_c < 2e-5 * om && es_c < 2e-5 * sm);
+        for (int j = 0; j < DV; j++) eo_s = fmax(eo_s, fabs(o_step[t][j] - o_ref[t][j]));
+    for (int i = 0; i < DK * DV; i++) es_s = fmax(es_s, fabs(S_step[i] - S_ref[i]));
+    printf("recurrent (%s): out %.2e state %.2e (max |o| %.2f |S| %.2f)\n", kt->name, eo_s, es_s,
+           om, sm);
     ck_assert(eo_s < 2e-5 * om && es_s < 2e-5 * sm);
+    /* the chunked form with every kernel table this host runs (its products are f32_gemm) */
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        memcpy(S_chunk, S0, sizeof S0);
+        epyq_err err = {0};
+        ck_assert(epyq_gdn_chunk_head(t, S_chunk, &q[0][0], &k[0][0], &v[0][0], g, beta, NT, DK, DV,
+                                      DK, DV, &o_chunk[0][0], DV, &err) == EPYQ_OK);
+        double eo_c = 0, es_c = 0;
+        for (int tk = 0; tk < NT; tk++)
+            for (int j = 0; j < DV; j++) eo_c = fmax(eo_c, fabs(o_chunk[tk][j] - o_ref[tk][j]));
+        for (int i = 0; i < DK * DV; i++) es_c = fmax(es_c, fabs(S_chunk[i] - S_ref[i]));
+        printf("chunked (%s): out %.2e state %.2e\n", t->name, eo_c, es_c);
+        ck_assert(eo_c < 2e-5 * om && es_c < 2e-5 * sm);
+    }
 }
 END_TEST
 
@@ -144,9 +154,49 @@ START_TEST(test_prefill_forms) {
 }
 END_TEST
 
+/* gdn_chunk_min = 0 takes the default or EPYQ_GDN_CHUNK; a malformed value fails the load
+ * with a message naming the variable, never a silent fallback. */
+START_TEST(test_chunk_env) {
+    char *dir = synth_model("bf16", 7);
+    ck_assert(dir != NULL);
+    static const struct {
+        const char *env;
+        int32_t want; /* INT32_MIN: the load must fail */
+    } cases[] = {
+        {NULL, EPYQ_GDN_CHUNK_DEFAULT}, {"96", 96}, {"0", -1}, {"-5", -1}, {"12x", INT32_MIN},
+        {"99999999999", INT32_MIN}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        if (cases[i].env) setenv("EPYQ_GDN_CHUNK", cases[i].env, 1);
+        else
+            unsetenv("EPYQ_GDN_CHUNK");
+        epyq_err err = {0};
+        epyq_model *m = NULL;
+        epyq_model_opts o = {.n_threads = 1};
+        const epyq_status st = epyq_model_load(&m, dir, &o, &err);
+        if (cases[i].want == INT32_MIN) {
+            ck_assert_msg(st != EPYQ_OK && strstr(err.msg, "EPYQ_GDN_CHUNK") &&
+                              strstr(err.msg, cases[i].env),
+                          "EPYQ_GDN_CHUNK=%s: status %d, '%s'", cases[i].env, (int)st, err.msg);
+            ck_assert_ptr_null(m);
+        } else {
+            ck_assert_msg(st == EPYQ_OK, "%s", err.msg);
+            ck_assert_int_eq(m->gdn_chunk_min, cases[i].want);
+            epyq_model_free(m);
+        }
+        /* an explicit value wins over the environment */
+        o.gdn_chunk_min = 7;
+        ck_assert(epyq_model_load(&m, dir, &o, &err) == EPYQ_OK);
+        ck_assert_int_eq(m->gdn_chunk_min, 7);
+        epyq_model_free(m);
+    }
+    unsetenv("EPYQ_GDN_CHUNK");
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_gdn");
     TCase *tc = epyq_test_case(s, "gdn", 0);
-    EPYQ_TESTS_ADD(tc, test_chunk_vs_recurrent, test_prefill_forms);
+    EPYQ_TESTS_ADD(tc, test_chunk_vs_recurrent, test_prefill_forms, test_chunk_env);
     return epyq_test_run(s);
 }

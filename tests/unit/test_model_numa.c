@@ -28,7 +28,7 @@
 #define INTER 512 /* routed experts' intermediate size: 4 slices of 128 */
 
 static char *model_dir; /* the synthetic checkpoint, written once */
-static int32_t chunk_min; /* gdn_chunk_min of the runs: 0 = the recurrent delta rule only */
+static int32_t chunk_min = -1; /* gdn_chunk_min of the runs: -1 = the recurrent delta rule only */
 
 /* A tiny ct checkpoint with wider experts, so the NUMA units really slice them. */
 static void write_model(void) {
@@ -186,7 +186,7 @@ START_TEST(test_dense_modes_bit_identical) {
         free(lg);
     }
     free(off);
-    chunk_min = 0;
+    chunk_min = -1;
 }
 END_TEST
 
