@@ -349,11 +349,11 @@ int main(int argc, char **argv) {
 
         gemm_job g = {.pool = pool, .w = gw, .n = gn, .k = gk, .y = y};
         snprintf(shape, sizeof shape, "%dx%d", gn, gk);
-        /* m = 3: a speculative verify step (the last token and 2 drafts); the exact variant
-         * is the lm_head's, so it gets the decode and verify rows */
+        /* m = 3: a speculative verify step (the last token and 2 drafts); 8 and 32: batched
+         * decode. The exact variant is the lm_head's, so it gets every row too. */
         static const int ms[] = {1, 3, 8, 32};
         for (int e = 0; e < 2 && section(only, "gemv"); e++)
-            for (size_t mi = 0; mi < (e ? 2 : sizeof ms / sizeof *ms); mi++) {
+            for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
                 g.exact = e;
                 g.x = (epyq_act){.m = ms[mi], .k = gk, .gs = 128, .path = EPYQ_PATH_A16, .f32 = x};
                 row(e ? "bf16_gemm_f32" : "bf16_gemm", shape, ms[mi], t, time_it(gemm_run, &g),

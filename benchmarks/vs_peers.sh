@@ -12,8 +12,8 @@
 # runs R rounds, each alternating the programs one at a time (never two at once: this machine
 # drifts within minutes, so medians over alternating rounds are what compare):
 #   epyq bench            ppN + tg, batched tg, per --paths (a8all: a row set of its own);
-#                         tg again with each --requant SPEC given (repeat the option for
-#                         several: --requant lm_head=int8 --requant lm_head=int4)
+#                         tg (every --batches count) again with each --requant SPEC given
+#                         (repeat the option: --requant lm_head=int8 --requant lm_head=int4)
 #   ik_llama.cpp          llama-bench -rtr 1 (repack at load, its fastest CPU mode), batched-bench
 #   llama.cpp             llama-bench without mmap (-lm none, older builds -mmp 0: these VMs
 #                         reclaim mmapped pages), batched-bench
@@ -81,7 +81,7 @@ for r in $(seq 1 "$rounds"); do
   "$epyq" bench -m "$model" -p "$prompts" -n "$gen" -b "$batches" -t "$threads" -r "$reps" -o jsonl --path "$paths" \
     >"$out/epyq-$r.jsonl" 2>"$out/epyq-$r.err"
   for i in "${!requants[@]}"; do
-    "$epyq" bench -m "$model" -p 0 -n "$gen" -t "$threads" -r "$reps" -o jsonl --requant "${requants[$i]}" \
+    "$epyq" bench -m "$model" -p 0 -n "$gen" -b "$batches" -t "$threads" -r "$reps" -o jsonl --requant "${requants[$i]}" \
       >"$out/epyq-rq$i-$r.jsonl" 2>"$out/epyq-rq$i-$r.err"
   done
   timeout "$ptimeout" "$peers/ik_llama.cpp/build/bin/llama-bench" -m "$gguf" -p "$prompts" -n "$gen" -t "$threads" -r "$reps" -rtr 1 -o json \
