@@ -18,8 +18,9 @@
  * weight bytes streamed (packed int4 incl. scales, or bf16), that as % of the read bandwidth
  * (median over passes of each pass's GB/s over a read probe run by the same threads right
  * after it, with the table's stream_read over a --ws-mib buffer; the membw figure of the
- * header, measured once at the start, is for reference), GOPS (2 m n k per item) and % of the register-only instruction peak (VPDPBUSD for A8,
- * VPDPWSSD for A16, VDPBF16PS for bf16) times the thread count. --json prints one object per row. */
+ * header, measured once at the start, is for reference), GOPS (2 m n k per item) and % of the
+ * register-only instruction peak (VPDPBUSD for A8, VPDPWSSD for A16, VDPBF16PS for bf16, fp32 FMA
+ * for bf16_gemm_f32) times the thread count. --json prints one object per row. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -317,11 +318,11 @@ static void free_w4(epyq_w4 *w, size_t count) {
 
 typedef struct {
     double read_gbps[MAX_THREADS + 1]; /* by thread count */
-    double peak[5];                    /* ops/s of one thread by peak_kind; 0 = ISA lacks it */
+    double peak[6];                    /* ops/s of one thread by peak_kind; 0 = ISA lacks it */
 } limits;
 
 /* The instruction a row is judged against. */
-enum peak_kind { PEAK_BF16, PEAK_A8, PEAK_A16, PEAK_AMX, PEAK_AMX_A16 };
+enum peak_kind { PEAK_BF16, PEAK_A8, PEAK_A16, PEAK_AMX, PEAK_AMX_A16, PEAK_FMA };
 
 /* The peak an int4 row is judged against: the tiles' from 16 activation rows where the
  * table has them (kernels-x86/avx512/w4_amx.c, AMX_MIN_ROWS), else VPDPBUSD / VPDPWSSD. */
@@ -440,8 +441,8 @@ static void bench_gemm_bf16(const opts *o, const limits *lim, const epyq_kern_ta
             prep_x(&r, k, EPYQ_PATH_A16, &xb, &xf);
             r.y[0] = xalloc((size_t)r.m * (size_t)n * sizeof(float));
             run_row(&r);
-            report(o, lim, &r, f32 ? "bf16_gemm_f32" : "bf16_gemm", shape, "bf16", (double)one, 2.0 * r.m * n * (double)k,
-                   PEAK_BF16);
+            report(o, lim, &r, f32 ? "bf16_gemm_f32" : "bf16_gemm", shape, "bf16", (double)one,
+                   2.0 * r.m * n * (double)k, f32 ? PEAK_FMA : PEAK_BF16);
             free(r.y[0]);
             free(xb);
             free(xf);
@@ -497,6 +498,7 @@ static uint64_t run_peak(enum peak_kind pk, uint64_t iters) {
     return pk == PEAK_A8    ? epyq_w4_peak_dpbusd_avx512vnni(iters, &si)
            : pk == PEAK_A16 ? epyq_w4_peak_dpwssd_avx512vnni(iters, &si)
            : pk == PEAK_AMX ? epyq_w4_peak_tdpbssd_amx(iters, &si)
+           : pk == PEAK_FMA ? epyq_w4_peak_fma_avx512(iters, &sf)
                             : epyq_w4_peak_dpbf16_avx512bf16(iters, &sf);
 }
 
@@ -530,6 +532,7 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
     if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A8] = time_peak(PEAK_A8);
     if (kt->isa >= EPYQ_ISA_AVX512_VNNI) lim->peak[PEAK_A16] = time_peak(PEAK_A16);
     if (kt->isa >= EPYQ_ISA_AVX512_BF16) lim->peak[PEAK_BF16] = time_peak(PEAK_BF16);
+    if (kt->isa >= EPYQ_ISA_AVX512) lim->peak[PEAK_FMA] = time_peak(PEAK_FMA);
     double amx = 0;
     if (kt->isa >= EPYQ_ISA_AVX512_AMX) {
         /* The int4 cores run on tiles from 16 activation rows: judge those rows against the
@@ -545,9 +548,10 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
         for (int i = 0; i < o->n_threads; i++)
             printf("# read bandwidth, %d thread(s): %.2f GB/s (median of 5, %zu MiB buffer)\n",
                    o->threads[i], lim->read_gbps[o->threads[i]], (2 * o->ws_bytes) >> 20);
-        printf("# peak per thread: VPDPBUSD %.1f GOPS, VPDPWSSD %.1f GOPS, VDPBF16PS %.1f GFLOPS "
-               "(register-only, 0 = not on this table)\n",
-               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9);
+        printf("# peak per thread: VPDPBUSD %.1f GOPS, VPDPWSSD %.1f GOPS, VDPBF16PS %.1f GFLOPS, "
+               "fp32 FMA %.1f GFLOPS (register-only, 0 = not on this table)\n",
+               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9,
+               lim->peak[PEAK_FMA] / 1e9);
         if (amx > 0)
             printf("# peak per thread: AMX TDPBSSD %.1f GOPS; int4 rows with m >= 16 run on tiles "
                    "and are judged against it (A8) and a quarter of it (A16)\n",
@@ -559,8 +563,9 @@ static void measure_limits(const opts *o, const epyq_kern_table *kt, limits *lim
                    (2 * o->ws_bytes) >> 20, o->threads[i], lim->read_gbps[o->threads[i]]);
         printf("{\"kernel\":\"peak\",\"shape\":\"register\",\"m\":0,\"threads\":1,\"gbps\":0,"
                "\"pct_read_bw\":0,\"dpbusd_gops\":%.1f,\"dpwssd_gops\":%.1f,\"dpbf16_gflops\":%.1f,"
-               "\"table\":\"%s\"}\n",
-               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9, kt->name);
+               "\"fma_gflops\":%.1f,\"table\":\"%s\"}\n",
+               lim->peak[PEAK_A8] / 1e9, lim->peak[PEAK_A16] / 1e9, lim->peak[PEAK_BF16] / 1e9,
+               lim->peak[PEAK_FMA] / 1e9, kt->name);
     }
 }
 

@@ -115,11 +115,12 @@ void epyq_w4_core_a8_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, i
 EPYQ_DECLARE_W4(amx);
 
 /* Register-only peak probes for benchmarks/kernels (kernels-x86/avx512/w4_peak.c): run
- * `iters` rounds of 16 independent VPDPBUSD / VPDPWSSD / VDPBF16PS and return the
- * operations done. */
+ * `iters` rounds of 16 independent VPDPBUSD / VPDPWSSD / VDPBF16PS / fp32 VFMADD (zmm) and
+ * return the operations done. */
 uint64_t epyq_w4_peak_dpbusd_avx512vnni(uint64_t iters, int32_t *sink);
 uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink);
 uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink);
+uint64_t epyq_w4_peak_fma_avx512(uint64_t iters, float *sink);
 /* The same for AMX (kernels-x86/avx512/w4_amx.c): 4 independent TDPBSSD per round. */
 uint64_t epyq_w4_peak_tdpbssd_amx(uint64_t iters, int32_t *sink);
 

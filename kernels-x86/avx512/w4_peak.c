@@ -1,10 +1,10 @@
 /* kernels-x86/avx512/w4_peak.c — register-only loops that measure the instruction peak the
  * kernels are judged against (benchmarks/kernels): VPDPBUSD (int4 path A8), VPDPWSSD (int4
- * path A16) and VDPBF16PS (bf16 GEMM). 16 independent accumulators cover the latency x issue width of
- * every current core (Zen 4/5: 2 per cycle, latency <= 6), so the loop runs at the issue
- * limit and touches no memory. Each returns the number of int8 / bf16 operations it
- * executed (a multiply-add counts 2), and folds the accumulators into *sink so the loop
- * cannot be optimised away. */
+ * path A16), VDPBF16PS (bf16 GEMM) and fp32 VFMADD (the widening bf16_gemm_f32). 16 independent
+ * accumulators cover the latency x issue width of every current core (Zen 4/5: 2 per cycle, latency
+ * <= 6), so the loop runs at the issue limit and touches no memory. Each returns the number of int8
+ * / bf16 operations it executed (a multiply-add counts 2), and folds the accumulators into *sink so
+ * the loop cannot be optimised away. */
 #include "kernels-x86/avx512/w4_common.h"
 #include "kernels-x86/w4_impl.h"
 
@@ -55,6 +55,24 @@ uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
     ACC16(SUM)
     *sink = _mm512_reduce_add_ps(s);
     return iters * 16u * 32u * 2u;
+#undef DECL
+#undef STEP
+#undef SUM
+}
+
+uint64_t epyq_w4_peak_fma_avx512(uint64_t iters, float *sink) {
+    const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
+#define STEP(i) acc##i = _mm512_fmadd_ps(acc##i, a, b);
+#define SUM(i) s = _mm512_add_ps(s, acc##i);
+    ACC16(DECL)
+    for (uint64_t it = 0; it < iters; it++) {
+        ACC16(STEP)
+    }
+    __m512 s = _mm512_setzero_ps();
+    ACC16(SUM)
+    *sink = _mm512_reduce_add_ps(s);
+    return iters * 16u * 16u * 2u;
 #undef DECL
 #undef STEP
 #undef SUM
