@@ -41,39 +41,32 @@ uint64_t epyq_w4_peak_dpwssd_avx512vnni(uint64_t iters, int32_t *sink) {
 #undef STEP_I
 }
 
+/* The fp32-accumulator twin of INT_PEAK: 16 chains of STEP_F (defined by the caller). */
+#define FLT_PEAK(ops_per)                                                                          \
+    do {                                                                                           \
+        ACC16(DECL_F)                                                                              \
+        for (uint64_t it = 0; it < iters; it++) {                                                  \
+            ACC16(STEP_F)                                                                          \
+        }                                                                                          \
+        __m512 s = _mm512_setzero_ps();                                                            \
+        ACC16(SUM_F)                                                                               \
+        *sink = _mm512_reduce_add_ps(s);                                                           \
+        return iters * 16u * (ops_per);                                                            \
+    } while (0)
+#define DECL_F(i) __m512 acc##i = _mm512_set1_ps((float)(i));
+#define SUM_F(i) s = _mm512_add_ps(s, acc##i);
+
 uint64_t epyq_w4_peak_dpbf16_avx512bf16(uint64_t iters, float *sink) {
     const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);
     const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
-#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
-#define STEP(i) acc##i = _mm512_dpbf16_ps(acc##i, a, b);
-#define SUM(i) s = _mm512_add_ps(s, acc##i);
-    ACC16(DECL)
-    for (uint64_t it = 0; it < iters; it++) {
-        ACC16(STEP)
-    }
-    __m512 s = _mm512_setzero_ps();
-    ACC16(SUM)
-    *sink = _mm512_reduce_add_ps(s);
-    return iters * 16u * 32u * 2u;
-#undef DECL
-#undef STEP
-#undef SUM
+#define STEP_F(i) acc##i = _mm512_dpbf16_ps(acc##i, a, b);
+    FLT_PEAK(32u * 2u);
+#undef STEP_F
 }
 
 uint64_t epyq_w4_peak_fma_avx512(uint64_t iters, float *sink) {
     const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-#define DECL(i) __m512 acc##i = _mm512_set1_ps((float)(i));
-#define STEP(i) acc##i = _mm512_fmadd_ps(acc##i, a, b);
-#define SUM(i) s = _mm512_add_ps(s, acc##i);
-    ACC16(DECL)
-    for (uint64_t it = 0; it < iters; it++) {
-        ACC16(STEP)
-    }
-    __m512 s = _mm512_setzero_ps();
-    ACC16(SUM)
-    *sink = _mm512_reduce_add_ps(s);
-    return iters * 16u * 16u * 2u;
-#undef DECL
-#undef STEP
-#undef SUM
+#define STEP_F(i) acc##i = _mm512_fmadd_ps(acc##i, a, b);
+    FLT_PEAK(16u * 2u);
+#undef STEP_F
 }

@@ -39,19 +39,23 @@ static void chunk_one(const epyq_kern_table *kt, float *S, const float *q, const
     float *Kt = ws;                 /* [dk][C] k transposed, later scaled per column */
     float *A = Kt + (size_t)dk * C; /* [C][C] beta_t k_t.k_s decay_ts, s < t; then P */
     float *Ti = A + (size_t)C * C;  /* [C][C] (I + A)^-1, unit lower triangular */
-    float *R = Ti + (size_t)C * C;  /* [C][dm] right-hand sides, then e^gam Q */
+    float *D = Ti + (size_t)C * C;  /* [C][C] decay_ts = e^(gam_t - gam_s), s <= t */
+    float *R = D + (size_t)C * C;   /* [C][dm] right-hand sides, then e^gam Q */
     float *U = R + (size_t)C * dm;  /* [C][dv] U, then V_new */
     float *W = U + (size_t)C * dv;  /* [C][dk] */
     double gam[C], acc = 0.0;
     float eg[C];
     for (int32_t t = 0; t < c; t++) gam[t] = (acc += g[t]), eg[t] = (float)exp(gam[t]);
+    /* every decay the chunk needs (A, P and the state update's last row), once */
+    for (int32_t t = 0; t < c; t++)
+        for (int32_t s = 0; s <= t; s++) D[(size_t)t * C + s] = expf((float)(gam[t] - gam[s]));
     for (int32_t s = 0; s < c; s++)
         for (int32_t i = 0; i < dk; i++) Kt[(size_t)i * C + s] = k[(size_t)s * ld_qk + i];
     /* A[t][s] = beta_t (k_t . k_s) e^(gam_t - gam_s) below the diagonal, 0 elsewhere */
     kt->f32_gemm(A, C, k, ld_qk, Kt, C, c, c, dk, EPYQ_GEMM_SET);
     for (int32_t t = 0; t < c; t++) {
         float *at = A + (size_t)t * C;
-        for (int32_t s = 0; s < t; s++) at[s] *= beta[t] * expf((float)(gam[t] - gam[s]));
+        for (int32_t s = 0; s < t; s++) at[s] *= beta[t] * D[(size_t)t * C + s];
         for (int32_t s = t; s < c; s++) at[s] = 0.0f;
     }
     /* Ti = (I + A)^-1 by rows: Ti_t = e_t - sum_{s<t} A_ts Ti_s (Ti_s is zero beyond column s) */
@@ -81,7 +85,7 @@ static void chunk_one(const epyq_kern_table *kt, float *S, const float *q, const
     kt->f32_gemm(P, C, q, ld_qk, Kt, C, c, c, dk, EPYQ_GEMM_SET);
     for (int32_t t = 0; t < c; t++) {
         float *pt = P + (size_t)t * C;
-        for (int32_t s = 0; s < t; s++) pt[s] *= expf((float)(gam[t] - gam[s]));
+        for (int32_t s = 0; s < t; s++) pt[s] *= D[(size_t)t * C + s];
         for (int32_t s = t + 1; s < c; s++) pt[s] = 0.0f;
     }
     kt->f32_gemm(o, ld_o, P, C, U, dv, c, dv, c, EPYQ_GEMM_ADD);
@@ -89,16 +93,16 @@ static void chunk_one(const epyq_kern_table *kt, float *S, const float *q, const
     const float eC = eg[c - 1];
     for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= eC;
     for (int32_t s = 0; s < c; s++) {
-        const float f = expf((float)(gam[c - 1] - gam[s]));
+        const float f = D[(size_t)(c - 1) * C + s];
         for (int32_t i = 0; i < dk; i++) Kt[(size_t)i * C + s] *= f;
     }
     kt->f32_gemm(S, dv, Kt, C, U, dv, dk, dv, c, EPYQ_GEMM_ADD);
 }
 
-/* Floats of chunk_one's workspace: Kt [dk][C], A and Ti [C][C], R [C][max(dk, dv)], U [C][dv],
- * W [C][dk]. */
+/* Floats of chunk_one's workspace: Kt [dk][C], A, Ti and D [C][C], R [C][max(dk, dv)],
+ * U [C][dv], W [C][dk]. */
 static size_t chunk_ws_floats(int32_t dk, int32_t dv) {
-    return (size_t)GDN_CHUNK * (2 * (size_t)dk + 2 * GDN_CHUNK + (dk > dv ? dk : dv) + (size_t)dv);
+    return (size_t)GDN_CHUNK * (2 * (size_t)dk + 3 * GDN_CHUNK + (dk > dv ? dk : dv) + (size_t)dv);
 }
 
 static void chunk_head_ws(const epyq_kern_table *kt, float *S, const float *q, const float *k,

@@ -340,7 +340,10 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
                             epyq_err *err) {
     *out = NULL;
     epyq_model_opts o = opts ? *opts : (epyq_model_opts){0};
-    epyq_status st0;
+    if (!o.gdn_chunk_min) {
+        const epyq_status cst = gdn_chunk_default(&o.gdn_chunk_min, err);
+        if (cst != EPYQ_OK) return cst;
+    }
     epyq_model *m = calloc(1, sizeof *m);
     if (!m) return epyq_err_set(err, EPYQ_E_NOMEM, "model: out of memory");
     if (o.path != EPYQ_PATH_A16 && o.path != EPYQ_PATH_A8 && o.path != EPYQ_PATH_A8_ALL) {
@@ -350,11 +353,7 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
     }
     m->path = o.path;
     m->f32_act = o.f32_act;
-    if (o.gdn_chunk_min) m->gdn_chunk_min = o.gdn_chunk_min;
-    else if ((st0 = gdn_chunk_default(&m->gdn_chunk_min, err)) != EPYQ_OK) {
-        free(m);
-        return st0;
-    }
+    m->gdn_chunk_min = o.gdn_chunk_min;
     m->moe_split = true;
     m->ep = o.ep && o.ep->size > 1 ? o.ep : NULL;
     m->kt = o.kernels ? o.kernels : epyq_kern();
