@@ -263,7 +263,24 @@ static bool repr_str(epyq_sbuf *b, const char *s, size_t n) {
     return epyq_sbuf_addc(b, q);
 }
 
-static bool str_or_repr(epyq_sbuf *b, jv v, bool repr) {
+/* The containers being printed, outermost first. A template can put a value inside itself
+ * ({% set ns.a = ns %}): like Python's repr, a list or dict met again on its own path prints
+ * as [...] or {...}; past REPR_DEPTH levels of (acyclic) nesting the same marker stands in,
+ * so printing never recurses without bound. */
+enum { REPR_DEPTH = 200 };
+typedef struct {
+    const void *on[REPR_DEPTH];
+    int n;
+} repr_path;
+
+static bool repr_seen(const repr_path *path, const void *c) {
+    if (path->n >= REPR_DEPTH) return true;
+    for (int i = 0; i < path->n; i++)
+        if (path->on[i] == c) return true;
+    return false;
+}
+
+static bool str_or_repr_at(epyq_sbuf *b, jv v, bool repr, repr_path *path) {
     char tmp[48];
     switch (v.t) {
     case JV_UNDEF: return repr ? epyq_sbuf_adds(b, "Undefined") : true; /* str() is "" */
@@ -275,30 +292,42 @@ static bool str_or_repr(epyq_sbuf *b, jv v, bool repr) {
         return epyq_sbuf_adds(b, tmp);
     case JV_STR: return repr ? repr_str(b, v.u.s.p, v.u.s.n) : epyq_sbuf_add(b, v.u.s.p, v.u.s.n);
     case JV_LIST: {
-        if (!epyq_sbuf_addc(b, v.tuple ? '(' : '[')) return false;
-        for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i && !epyq_sbuf_add(b, ", ", 2)) return false;
-            if (!str_or_repr(b, v.u.l->v[i], true)) return false;
-        }
-        if (v.tuple && v.u.l->n == 1 && !epyq_sbuf_addc(b, ',')) return false;
-        return epyq_sbuf_addc(b, v.tuple ? ')' : ']');
+        if (repr_seen(path, v.u.l)) return epyq_sbuf_adds(b, v.tuple ? "(...)" : "[...]");
+        path->on[path->n++] = v.u.l;
+        bool ok = epyq_sbuf_addc(b, v.tuple ? '(' : '[');
+        for (size_t i = 0; ok && i < v.u.l->n; i++)
+            ok = (!i || epyq_sbuf_add(b, ", ", 2)) && str_or_repr_at(b, v.u.l->v[i], true, path);
+        path->n--;
+        if (ok && v.tuple && v.u.l->n == 1) ok = epyq_sbuf_addc(b, ',');
+        return ok && epyq_sbuf_addc(b, v.tuple ? ')' : ']');
     }
     case JV_DICT:
     case JV_NS: {
         if (v.t == JV_NS && !epyq_sbuf_adds(b, "<Namespace ")) return false;
-        if (!epyq_sbuf_addc(b, '{')) return false;
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i && !epyq_sbuf_add(b, ", ", 2)) return false;
-            if (!str_or_repr(b, v.u.d->k[i], true) || !epyq_sbuf_add(b, ": ", 2) ||
-                !str_or_repr(b, v.u.d->v[i], true))
-                return false;
+        bool ok;
+        if (repr_seen(path, v.u.d)) {
+            ok = epyq_sbuf_adds(b, "{...}");
+        } else {
+            path->on[path->n++] = v.u.d;
+            ok = epyq_sbuf_addc(b, '{');
+            for (size_t i = 0; ok && i < v.u.d->n; i++)
+                ok = (!i || epyq_sbuf_add(b, ", ", 2)) &&
+                     str_or_repr_at(b, v.u.d->k[i], true, path) && epyq_sbuf_add(b, ": ", 2) &&
+                     str_or_repr_at(b, v.u.d->v[i], true, path);
+            path->n--;
+            ok = ok && epyq_sbuf_addc(b, '}');
         }
-        return epyq_sbuf_addc(b, '}') && (v.t != JV_NS || epyq_sbuf_addc(b, '>'));
+        return ok && (v.t != JV_NS || epyq_sbuf_addc(b, '>'));
     }
     case JV_MACRO: return epyq_sbuf_printf(b, "<Macro '%s'>", v.u.m->def->name);
     case JV_FUNC: return epyq_sbuf_adds(b, "<built-in method>");
     default: return epyq_sbuf_adds(b, "<LoopContext>");
     }
+}
+
+static bool str_or_repr(epyq_sbuf *b, jv v, bool repr) {
+    repr_path path = {.n = 0};
+    return str_or_repr_at(b, v, repr, &path);
 }
 
 bool epyq_jj_to_str(epyq_sbuf *b, jv v) { return str_or_repr(b, v, false); }

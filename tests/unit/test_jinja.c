@@ -140,6 +140,10 @@ START_TEST(set_scoping_namespace) {
     EXPECT("{% set a, b = 1, 'two' %}{{ b }}{{ a }}", NULL, "two1");
     EXPECT("{% set x %}a{{ 1 }}{% endset %}{{ x ~ '!' }}", NULL, "a1!");
     EXPECT_ERR("{% set d = {} %}{% set d.k = 1 %}", NULL, "non-namespace");
+    /* a namespace put inside itself prints as Python's repr does, not recursing forever
+     * (tests/fuzz/regress/template/stackoverflow-repr-self-namespace) */
+    EXPECT("{% set ns = namespace(a=1, b=[2]) %}{% set ns.a = ns %}{{ ns }}|{{ [ns.b, ns.b] }}",
+           NULL, "<Namespace {'a': <Namespace {...}>, 'b': [2]}>|[[2], [2]]");
 }
 END_TEST
 
