@@ -36,6 +36,8 @@ static const epyq_kern_table own_ref = {
     .attn_bf16_tile = epyq_attn_bf16_tile_ref,
     .gdn_step = epyq_gdn_step_ref,
     .conv_silu = epyq_conv_silu_ref,
+    .l2norm = epyq_l2norm_ref,
+    .gated_rmsnorm = epyq_gated_rmsnorm_ref,
     .stream_read = epyq_stream_read_ref,
     .f32_gemm = epyq_f32_gemm_ref,
     .act_prep = epyq_act_prep_ref,
@@ -59,6 +61,8 @@ static const epyq_kern_table own_avx2 = {
     .attn_bf16_tile = epyq_attn_bf16_tile_avx2,
     .gdn_step = epyq_gdn_step_avx2,
     .conv_silu = epyq_conv_silu_avx2,
+    .l2norm = epyq_l2norm_avx2,
+    .gated_rmsnorm = epyq_gated_rmsnorm_avx2,
     .stream_read = epyq_stream_read_avx2,
     .f32_gemm = epyq_f32_gemm_avx2,
     .w4_gemm = epyq_w4_gemm_avx2,
@@ -80,6 +84,8 @@ static const epyq_kern_table own_avx512 = {
     .attn_bf16_tile = epyq_attn_bf16_tile_avx512,
     .gdn_step = epyq_gdn_step_avx512,
     .conv_silu = epyq_conv_silu_avx512,
+    .l2norm = epyq_l2norm_avx512,
+    .gated_rmsnorm = epyq_gated_rmsnorm_avx512,
     .stream_read = epyq_stream_read_avx512,
     .f32_gemm = epyq_f32_gemm_avx512,
 };
@@ -142,6 +148,8 @@ static void build_tables(void) {
         INHERIT(attn_bf16_tile);
         INHERIT(gdn_step);
         INHERIT(conv_silu);
+        INHERIT(l2norm);
+        INHERIT(gated_rmsnorm);
         INHERIT(stream_read);
         INHERIT(f32_gemm);
         INHERIT(fill_normal);

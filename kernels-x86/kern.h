@@ -212,6 +212,15 @@ typedef struct epyq_kern_table {
     void (*conv_silu)(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
                       int32_t n);
 
+    /* DeltaNet's per-head norms over n >= 1 elements, in place:
+     *   l2norm:        v[i] <- v[i] * (scale / sqrt(sum_j v[j]^2 + eps))
+     *   gated_rmsnorm: o[i] <- o[i] * (1 / sqrt(sum_j o[j]^2 / n + eps)) * w[i] * silu(z[i])
+     * The factor in parentheses is rounded to fp32 once. The ref twin sums the squares in
+     * double and takes expf; the SIMD tables sum in fp32 lanes and use their own exp (error
+     * bounds in tests/kern/test_dense.c). Elements past n are not touched. */
+    void (*l2norm)(float *v, int32_t n, float scale, double eps);
+    void (*gated_rmsnorm)(float *o, const float *z, const float *w, int32_t n, double eps);
+
     /* Memory-bandwidth probe: sum of n floats (streaming loads). */
     double (*stream_read)(const float *buf, size_t n);
 

@@ -43,6 +43,9 @@
 #define EPYQ_DECLARE_CONV(sfx)                                                                     \
     void epyq_conv_silu_##sfx(float *x, float *st, size_t lds, const float *w, size_t ldw,         \
                               int32_t kc, int32_t n)
+#define EPYQ_DECLARE_NORMS(sfx)                                                                    \
+    void epyq_l2norm_##sfx(float *v, int32_t n, float scale, double eps);                          \
+    void epyq_gated_rmsnorm_##sfx(float *o, const float *z, const float *w, int32_t n, double eps)
 /* Counter-based normal fill, group min/max and int4 rounding (the generator's loops). */
 #define EPYQ_DECLARE_FILL_QUANT(sfx)                                                             \
     void epyq_fill_normal_##sfx(uint64_t key, float mean, float sigma, uint64_t i0, size_t n,   \
@@ -59,6 +62,7 @@ EPYQ_DECLARE_GDN(ref);
 EPYQ_DECLARE_STREAM(ref);
 EPYQ_DECLARE_F32_GEMM(ref);
 EPYQ_DECLARE_CONV(ref);
+EPYQ_DECLARE_NORMS(ref);
 EPYQ_DECLARE_FILL_QUANT(ref); /* kernels-x86/ref/fill_quant_ref.c */
 
 /* avx2: AVX2 + FMA + F16C (kernels-x86/avx2/dense_avx2.c). */
@@ -69,6 +73,7 @@ EPYQ_DECLARE_GDN(avx2);
 EPYQ_DECLARE_STREAM(avx2);
 EPYQ_DECLARE_F32_GEMM(avx2); /* kernels-x86/avx2/f32_gemm_avx2.c */
 EPYQ_DECLARE_CONV(avx2);
+EPYQ_DECLARE_NORMS(avx2);
 EPYQ_DECLARE_FILL_QUANT(avx2); /* kernels-x86/avx2/fill_quant_avx2.c */
 
 /* avx512: F/BW/VL/DQ (kernels-x86/avx512/dense_avx512.c, attention in attn_avx512.c);
@@ -80,6 +85,7 @@ EPYQ_DECLARE_GDN(avx512);
 EPYQ_DECLARE_STREAM(avx512);
 EPYQ_DECLARE_F32_GEMM(avx512); /* kernels-x86/avx512/f32_gemm_avx512.c */
 EPYQ_DECLARE_CONV(avx512);
+EPYQ_DECLARE_NORMS(avx512);
 EPYQ_DECLARE_BF16_GEMM(avx512bf16);
 
 /* int4 kernels (act_prep, w4_gemm, w4_expert, ...) are declared below by their owner. */

@@ -4,7 +4,8 @@
  *   epyq_bf16_gemm_avx2      x rounded to bf16 in-register, W widened, FMA (no VDPBF16PS)
  *   epyq_bf16_gemm_f32_avx2  fp32-exact variant
  *   epyq_attn_bf16[_multi]_avx2, epyq_attn_bf16_tile_avx2, epyq_gdn_step_avx2,
- * epyq_stream_read_avx2 GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16
+ *   epyq_conv_silu_avx2, epyq_l2norm_avx2, epyq_gated_rmsnorm_avx2, epyq_stream_read_avx2
+ * GEMM register tile: 4 rows x 2 tokens (8 accumulators + operands fit 16
  * ymm; 8 rows x 1 token for a GEMV, to keep 8 weight streams in flight). Ragged k tails (k % 8) go
  * through a zero-padded 8-lane copy. Attention needs hd % 8 == 0 and the GDN step dv % 8 == 0;
  * other shapes are served by the ref twins. */
@@ -363,6 +364,50 @@ void epyq_conv_silu_avx2(float *x, float *st, size_t lds, const float *w, size_t
         _mm256_storeu_ps(x + c, silu(s));
     }
     if (c < n) epyq_conv_silu_ref(x + c, st + c, lds, w + c, ldw, kc, n - c);
+}
+
+/* ---- DeltaNet's per-head norms ------------------------------------------------------------ */
+
+/* Lanes i .. n-1 of an 8-wide step at i (all 8 when n - i >= 8), as a maskload mask. */
+INLINE __m256i tail_mask(int32_t n, int32_t i) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Sum of squares in two fp32 lane accumulators; the ragged tail by a masked load. */
+INLINE float sum_squares(const float *v, int32_t n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + 8);
+        a0 = _mm256_fmadd_ps(x0, x0, a0);
+        a1 = _mm256_fmadd_ps(x1, x1, a1);
+    }
+    for (; i < n; i += 8) {
+        const __m256 x = _mm256_maskload_ps(v + i, tail_mask(n, i));
+        a0 = _mm256_fmadd_ps(x, x, a0);
+    }
+    const __m256 a = _mm256_add_ps(a0, a1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+void epyq_l2norm_avx2(float *v, int32_t n, float scale, double eps) {
+    const __m256 inv = _mm256_set1_ps((float)(scale / sqrt((double)sum_squares(v, n) + eps)));
+    for (int32_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n, i);
+        _mm256_maskstore_ps(v + i, m, _mm256_mul_ps(_mm256_maskload_ps(v + i, m), inv));
+    }
+}
+
+void epyq_gated_rmsnorm_avx2(float *o, const float *z, const float *w, int32_t n, double eps) {
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt((double)sum_squares(o, n) / n + eps)));
+    for (int32_t i = 0; i < n; i += 8) {
+        const __m256i m = tail_mask(n, i);
+        const __m256 on = _mm256_mul_ps(_mm256_maskload_ps(o + i, m), inv);
+        const __m256 ow = _mm256_mul_ps(on, _mm256_maskload_ps(w + i, m));
+        _mm256_maskstore_ps(o + i, m, _mm256_mul_ps(ow, silu(_mm256_maskload_ps(z + i, m))));
+    }
 }
 
 /* 8 interleaved streams, as in dense_avx512.c (see the reason there). */

@@ -4,7 +4,8 @@
  *   epyq_bf16_gemm_avx512      the same numbers without VDPBF16PS: W widened to fp32 and
  *                              x rounded to bf16 in-register, FMA (Skylake-SP, Cascade Lake)
  *   epyq_bf16_gemm_f32_avx512  fp32-exact variant: W widened, x kept fp32, FMA
- *   epyq_gdn_step_avx512, epyq_conv_silu_avx512, epyq_stream_read_avx512
+ *   epyq_gdn_step_avx512, epyq_conv_silu_avx512, epyq_l2norm_avx512,
+ *   epyq_gated_rmsnorm_avx512, epyq_stream_read_avx512
  *   (attention: kernels-x86/avx512/attn_avx512.c)
  *
  * GEMM layout: W [n][k] bf16 row-major exactly as on disk, x [m][k] fp32. A register tile
@@ -394,6 +395,47 @@ void epyq_conv_silu_avx512(float *x, float *st, size_t lds, const float *w, size
         }
         if (kc > 1) _mm512_mask_storeu_ps(st + (size_t)(kc - 2) * lds + c, m, raw);
         _mm512_mask_storeu_ps(x + c, m, silu(s));
+    }
+}
+
+/* ---- DeltaNet's per-head norms ------------------------------------------------------------ */
+
+/* Lanes past n of a 16-wide step at i. */
+INLINE __mmask16 tail_mask(int32_t n, int32_t i) {
+    return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+}
+
+/* Sum of squares in two fp32 lane accumulators (a head is 128 floats: 8 vectors). */
+INLINE float sum_squares(const float *v, int32_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 x0 = _mm512_loadu_ps(v + i), x1 = _mm512_loadu_ps(v + i + 16);
+        a0 = _mm512_fmadd_ps(x0, x0, a0);
+        a1 = _mm512_fmadd_ps(x1, x1, a1);
+    }
+    for (; i < n; i += 16) {
+        const __m512 x = _mm512_maskz_loadu_ps(tail_mask(n, i), v + i);
+        a0 = _mm512_fmadd_ps(x, x, a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+void epyq_l2norm_avx512(float *v, int32_t n, float scale, double eps) {
+    const __m512 inv = _mm512_set1_ps((float)(scale / sqrt((double)sum_squares(v, n) + eps)));
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n, i);
+        _mm512_mask_storeu_ps(v + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), inv));
+    }
+}
+
+void epyq_gated_rmsnorm_avx512(float *o, const float *z, const float *w, int32_t n, double eps) {
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt((double)sum_squares(o, n) / n + eps)));
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n, i);
+        const __m512 on = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + i), inv);
+        const __m512 ow = _mm512_mul_ps(on, _mm512_maskz_loadu_ps(m, w + i));
+        _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(ow, silu(_mm512_maskz_loadu_ps(m, z + i))));
     }
 }
 

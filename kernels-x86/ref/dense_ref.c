@@ -1,5 +1,6 @@
 /* kernels-x86/ref/dense_ref.c — plain-C twins of the dense kernels (bf16 GEMM, attention
- * over a bf16 KV cache, Gated DeltaNet step, streaming read).
+ * over a bf16 KV cache, Gated DeltaNet step, its causal conv and per-head norms, streaming
+ * read).
  *
  * These are the readable definitions: every SIMD version performs the same roundings
  * (x -> bf16 for bf16_gemm, nothing for the rest) and differs only in fp32 summation
@@ -117,6 +118,24 @@ void epyq_conv_silu_ref(float *x, float *st, size_t lds, const float *w, size_t 
         if (kc > 1) st[(size_t)(kc - 2) * lds + (size_t)c] = raw;
         x[c] = s / (1.0f + expf(-s));
     }
+}
+
+/* The squares summed in double: the fp32 result does not depend on their order. */
+static double sum_squares(const float *v, int32_t n) {
+    double ss = 0.0;
+    for (int32_t i = 0; i < n; i++) ss += (double)v[i] * v[i];
+    return ss;
+}
+
+void epyq_l2norm_ref(float *v, int32_t n, float scale, double eps) {
+    const float inv = (float)(scale / sqrt(sum_squares(v, n) + eps));
+    for (int32_t i = 0; i < n; i++) v[i] *= inv;
+}
+
+void epyq_gated_rmsnorm_ref(float *o, const float *z, const float *w, int32_t n, double eps) {
+    const float inv = (float)(1.0 / sqrt(sum_squares(o, n) / n + eps));
+    for (int32_t i = 0; i < n; i++)
+        o[i] = o[i] * inv * w[i] * (z[i] * (1.0f / (1.0f + expf(-z[i]))));
 }
 
 double epyq_stream_read_ref(const float *buf, size_t n) {

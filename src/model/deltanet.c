@@ -15,16 +15,11 @@
 #define GDN_CHUNK 64
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static float siluf_(float x) { return x * sigmoidf_(x); }
 /* torch softplus: x itself above 20 */
 static float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-static void l2norm_scale(float *v, int32_t n, float scale) {
-    double ss = 0.0;
-    for (int32_t i = 0; i < n; i++) ss += (double)v[i] * v[i];
-    float inv = (float)(scale / sqrt(ss + 1e-6));
-    for (int32_t i = 0; i < n; i++) v[i] *= inv;
-}
+/* the q/k L2 norm's epsilon (the reference's l2norm) */
+#define GDN_L2_EPS 1e-6
 
 /* One chunk of c <= GDN_CHUNK tokens of one head in the WY/UT form (docs/architecture.md §4.5):
  * every step with O(c d^2) or O(c^2 d) work is one f32_gemm call, so the state S (dk x dv,
@@ -144,21 +139,14 @@ typedef struct {
     size_t work_per;
 } gdn_job;
 
-/* Plain gated RMSNorm of one value head of one token, in place: n(o) * w * silu(z). In the
- * head's task, so the pool runs it in parallel rather than the caller alone afterwards. */
-static void gated_norm(const epyq_model *m, const float *w, float *oh, const float *zh) {
-    int32_t Dv = m->d.Dv;
-    double ss = 0.0;
-    for (int32_t i = 0; i < Dv; i++) ss += (double)oh[i] * oh[i];
-    float inv = (float)(1.0 / sqrt(ss / Dv + m->eps));
-    for (int32_t i = 0; i < Dv; i++) oh[i] = oh[i] * inv * w[i] * siluf_(zh[i]);
-}
-
+/* The gated RMSNorm of one value head over the task's tokens (n(o) * w * silu(z), in place): in
+ * the head's task, so the pool runs it in parallel rather than the caller alone afterwards. */
 static void gated_norm_rows(const gdn_job *j, const int32_t *toks, int32_t n, int32_t vh) {
     const epyq_model *m = j->m;
     size_t vd = (size_t)m->d.Hv * m->d.Dv, off = (size_t)vh * m->d.Dv;
     for (int32_t i = 0; i < n; i++)
-        gated_norm(m, j->ly->g.norm, j->o + (size_t)toks[i] * vd + off, j->z + (size_t)toks[i] * vd + off);
+        m->kt->gated_rmsnorm(j->o + (size_t)toks[i] * vd + off, j->z + (size_t)toks[i] * vd + off,
+                             j->ly->g.norm, m->d.Dv, m->eps);
 }
 
 /* One (sequence, value head): the delta rule over that sequence's tokens in order. */
@@ -271,8 +259,8 @@ static void prep_task(void *ctx, int32_t task, int32_t worker) {
     for (int32_t i = 0; i < n; i++) {
         size_t t = (size_t)toks[i];
         float *ut = j->u + t * cd;
-        l2norm_scale(ut + q0, m->d.Dk, qscale);
-        l2norm_scale(ut + k0, m->d.Dk, 1.0f);
+        m->kt->l2norm(ut + q0, m->d.Dk, qscale, GDN_L2_EPS);
+        m->kt->l2norm(ut + k0, m->d.Dk, 1.0f, GDN_L2_EPS);
         for (int32_t h = kh * r; h < (kh + 1) * r; h++) {
             j->beta[t * Hv + h] = sigmoidf_(j->ba[t * 2 * Hv + h]);
             j->g[t * Hv + h] = gw->neg_exp_A[h] * softplusf_(j->ba[t * 2 * Hv + Hv + h] + gw->dt_bias[h]);

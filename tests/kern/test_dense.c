@@ -16,6 +16,7 @@
  *   gdn_step:        o_j: 4 (dk + 4) u (sum_i |S_ij k_i| (1 + sum_i |k_i q_i|) + sum_i |S_ij q_i|
  *                    + sum_i |S'_ij q_i| + |delta_j| sum_i |k_i q_i| + |v_j|), S' elementwise
  *                    4 u (|S_ij| + |k_i| (|delta_j| + beta (dk + 2) sum_i |S_ij k_i|))
+ *   l2norm, gated_rmsnorm: |got - want| <= (n / 2 + c) u |want|, c = 4 / 12 (see norms_case)
  * Shapes: ragged n and k (any k >= 1 is supported, no multiple of 32 needed; k > 2048 runs
  * the VDPBF16PS path in chunks), m in 1..64,
  * hd in {8, 16, 40, 64, 128, 256}. The random seed is fixed; a failure prints the case. */
@@ -589,6 +590,66 @@ START_TEST(test_conv_silu) {
 }
 END_TEST
 
+/* ---- DeltaNet's per-head norms -------------------------------------------------------------- */
+
+/* l2norm and gated_rmsnorm over n elements (poisoned past n), against a double oracle:
+ *   |got - want| <= (n / 2 + c) u |want| + small,
+ * the fp32 sum of squares (relative error <= n u, halved by the square root), the factor's
+ * rounding and the products' (c = 4), plus, for the gate, a few ulp of the sigmoid (exp and
+ * division: c = 12) and the exp clamp at -87 (the conv test's absolute term). */
+static void norms_case(const epyq_kern_table *t, int n, double *worst) {
+    float *v = rnd_floats((size_t)n + 4), *z = rnd_floats((size_t)n + 4),
+          *w = rnd_floats((size_t)n);
+    const float mag = (float)ldexp(1.0, rnd_range(-20, 20)); /* the norm is scale-free */
+    for (int i = 0; i < n; i++) v[i] *= mag, z[i] *= 6.0f;   /* both tails of the sigmoid */
+    z[0] = n > 1 ? -100.0f : z[0];
+    float *v0 = malloc(((size_t)n + 4) * sizeof *v0), *o = malloc(((size_t)n + 4) * sizeof *o);
+    ck_assert(v0 && o);
+    memcpy(v0, v, ((size_t)n + 4) * sizeof *v0);
+    memcpy(o, v, ((size_t)n + 4) * sizeof *o);
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)v0[i] * v0[i];
+    const float scale = 0.0883883f;
+    t->l2norm(v, n, scale, 1e-6);
+    t->gated_rmsnorm(o, z, w, n, 1e-6);
+    for (int i = 0; i < n; i++) {
+        const double l2 = v0[i] * (scale / sqrt(ss + 1e-6));
+        const double bl = (n / 2.0 + 4.0) * U32 * fabs(l2) + 1e-300;
+        const double el = fabs(v[i] - l2);
+        ck_assert_msg(el <= bl, "%s l2norm n=%d: v[%d] = %.9g, want %.9g (err %.3g > %.3g)",
+                      t->name, n, i, v[i], l2, el, bl);
+        const double zi = z[i], sig = 1.0 / (1.0 + exp(-zi));
+        const double base = v0[i] / sqrt(ss / n + 1e-6) * w[i];
+        const double g = base * zi * sig;
+        const double bg = (n / 2.0 + 12.0) * U32 * fabs(g) + fabs(base * zi) * 1.7e-38 + 1e-37;
+        const double eg = fabs(o[i] - g);
+        ck_assert_msg(eg <= bg, "%s gated_rmsnorm n=%d: o[%d] = %.9g, want %.9g (err %.3g > %.3g)",
+                      t->name, n, i, o[i], g, eg, bg);
+        if (el / bl > *worst) *worst = el / bl;
+        if (eg / bg > *worst) *worst = eg / bg;
+    }
+    for (int i = n; i < n + 4; i++) {
+        ck_assert_msg(memcmp(&v[i], &v0[i], sizeof *v) == 0, "%s l2norm: wrote v[%d]", t->name, i);
+        ck_assert_msg(memcmp(&o[i], &v0[i], sizeof *o) == 0, "%s gated_rmsnorm: wrote o[%d]",
+                      t->name, i);
+    }
+    free(v), free(z), free(w), free(v0), free(o);
+}
+
+START_TEST(test_gdn_norms) {
+    static const int ns[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 128, 129, 256};
+    for (int l = 0; l < EPYQ_ISA_COUNT; l++) {
+        const epyq_kern_table *t = epyq_kern_for_isa((epyq_isa)l);
+        if (!t) continue;
+        double worst = 0.0;
+        rng_state = 0x4e0e5ull + (uint64_t)l;
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+            for (int rep = 0; rep < 4; rep++) norms_case(t, ns[a], &worst);
+        printf("%-12s %-14s worst err/bound %.3g\n", t->name, "gdn_norms", worst);
+    }
+}
+END_TEST
+
 /* ---- stream read --------------------------------------------------------------------------- */
 
 START_TEST(test_stream_read) {
@@ -671,6 +732,8 @@ START_TEST(test_tables) {
         ck_assert_ptr_nonnull(t->attn_bf16_tile);
         ck_assert_ptr_nonnull(t->gdn_step);
         ck_assert_ptr_nonnull(t->conv_silu);
+        ck_assert_ptr_nonnull(t->l2norm);
+        ck_assert_ptr_nonnull(t->gated_rmsnorm);
         ck_assert_ptr_nonnull(t->stream_read);
     }
     if (host >= EPYQ_ISA_AVX512_VNNI) /* vnni adds no dense kernel of its own */
@@ -717,7 +780,7 @@ static Suite *dense_suite(void) {
     tc = epyq_test_case(s, "kernels", 120);
     EPYQ_TESTS_ADD(tc, test_bf16_gemm, test_bf16_gemm_f32, test_bitwise_tokens, test_bitwise_slices,
                    test_attn, test_attn_multi, test_attn_tile, test_attn_peaked, test_gdn_step,
-                   test_conv_silu, test_stream_read);
+                   test_conv_silu, test_gdn_norms, test_stream_read);
     return s;
 }
 
