@@ -232,7 +232,7 @@ static int32_t split_pieces(int32_t n_tasks, int32_t P) {
 }
 
 /* softmax over E, top-k by probability (ties to the lower id), renormalised */
-static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float *w) {
+static void route_all(const float *logit, int32_t E, int32_t k, int32_t *sel, float *w) {
     double mx = -INFINITY, tot = 0.0;
     double p[EPYQ_MAX_EXPERTS];
     for (int32_t e = 0; e < E; e++) mx = logit[e] > mx ? logit[e] : mx;
@@ -248,6 +248,35 @@ static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float 
         tot += p[best];
     }
     for (int32_t i = 0; i < k; i++) w[i] = (float)(p[sel[i]] / tot);
+}
+
+/* route_all's result with k exps instead of E: exp is increasing, so the k most probable
+ * experts are the k largest logits (ties to the lower id, as there), picked in one pass by
+ * insertion into a sorted list. The weights are then route_all's operations on the same
+ * values. A NaN logit, or a chosen probability that underflows to 0 (where route_all's ties
+ * among zeros follow the id, not the logit), takes route_all itself. */
+static void route(const float *logit, int32_t E, int32_t k, int32_t *sel, float *w) {
+    if (k < 1 || k > E) return; /* the config check keeps 1 <= topk <= E */
+    int32_t n = 0;
+    for (int32_t e = 0; e < E; e++) {
+        const float v = logit[e];
+        if (v != v) {
+            route_all(logit, E, k, sel, w);
+            return;
+        }
+        if (n == k && !(v > logit[sel[k - 1]])) continue;
+        int32_t j = n < k ? n++ : k - 1;
+        for (; j > 0 && v > logit[sel[j - 1]]; j--) sel[j] = sel[j - 1];
+        sel[j] = e;
+    }
+    const double mx = logit[sel[0]];
+    double p[EPYQ_MAX_TOPK], tot = 0.0;
+    for (int32_t i = 0; i < k; i++) tot += (p[i] = exp(logit[sel[i]] - mx));
+    if (!(p[k - 1] > 0.0) || !isfinite(tot)) {
+        route_all(logit, E, k, sel, w);
+        return;
+    }
+    for (int32_t i = 0; i < k; i++) w[i] = (float)(p[i] / tot);
 }
 
 /* One MoE call's routing and buffers, what the steps below hand each other. An entry is one
