@@ -215,9 +215,10 @@ typedef struct epyq_kern_table {
     /* DeltaNet's per-head norms over n >= 1 elements, in place:
      *   l2norm:        v[i] <- v[i] * (scale / sqrt(sum_j v[j]^2 + eps))
      *   gated_rmsnorm: o[i] <- o[i] * (1 / sqrt(sum_j o[j]^2 / n + eps)) * w[i] * silu(z[i])
-     * The factor in parentheses is rounded to fp32 once. The ref twin sums the squares in
-     * double and takes expf; the SIMD tables sum in fp32 lanes and use their own exp (error
-     * bounds in tests/kern/test_dense.c). Elements past n are not touched. */
+     * The squares are summed in double and the factor in parentheses is rounded to fp32 once
+     * (so every table's factor is the ref twin's but in rare rounding ties); the ref twin
+     * takes expf, the SIMD tables their own exp (error bounds in tests/kern/test_dense.c).
+     * Elements past n are not touched. */
     void (*l2norm)(float *v, int32_t n, float scale, double eps);
     void (*gated_rmsnorm)(float *o, const float *z, const float *w, int32_t n, double eps);
 

@@ -373,27 +373,29 @@ INLINE __m256i tail_mask(int32_t n, int32_t i) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* Sum of squares in two fp32 lane accumulators; the ragged tail by a masked load. */
-INLINE float sum_squares(const float *v, int32_t n) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+/* Sum of squares in double lanes, as the ref twin sums (see dense_avx512.c); the ragged tail
+ * by a masked load. */
+INLINE double sum_squares(const float *v, int32_t n) {
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
     int32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + 8);
-        a0 = _mm256_fmadd_ps(x0, x0, a0);
-        a1 = _mm256_fmadd_ps(x1, x1, a1);
+    for (; i + 8 <= n; i += 8) {
+        const __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(v + i));
+        const __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4));
+        a0 = _mm256_fmadd_pd(x0, x0, a0);
+        a1 = _mm256_fmadd_pd(x1, x1, a1);
     }
-    for (; i < n; i += 8) {
-        const __m256 x = _mm256_maskload_ps(v + i, tail_mask(n, i));
-        a0 = _mm256_fmadd_ps(x, x, a0);
+    for (; i < n; i += 4) {
+        const __m128i m = _mm_cmpgt_epi32(_mm_set1_epi32(n - i), _mm_setr_epi32(0, 1, 2, 3));
+        const __m256d x = _mm256_cvtps_pd(_mm_maskload_ps(v + i, m));
+        a0 = _mm256_fmadd_pd(x, x, a0);
     }
-    const __m256 a = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+    const __m256d a = _mm256_add_pd(a0, a1);
+    const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
 }
 
 void epyq_l2norm_avx2(float *v, int32_t n, float scale, double eps) {
-    const __m256 inv = _mm256_set1_ps((float)(scale / sqrt((double)sum_squares(v, n) + eps)));
+    const __m256 inv = _mm256_set1_ps((float)(scale / sqrt(sum_squares(v, n) + eps)));
     for (int32_t i = 0; i < n; i += 8) {
         const __m256i m = tail_mask(n, i);
         _mm256_maskstore_ps(v + i, m, _mm256_mul_ps(_mm256_maskload_ps(v + i, m), inv));
@@ -401,7 +403,7 @@ void epyq_l2norm_avx2(float *v, int32_t n, float scale, double eps) {
 }
 
 void epyq_gated_rmsnorm_avx2(float *o, const float *z, const float *w, int32_t n, double eps) {
-    const __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt((double)sum_squares(o, n) / n + eps)));
+    const __m256 inv = _mm256_set1_ps((float)(1.0 / sqrt(sum_squares(o, n) / n + eps)));
     for (int32_t i = 0; i < n; i += 8) {
         const __m256i m = tail_mask(n, i);
         const __m256 on = _mm256_mul_ps(_mm256_maskload_ps(o + i, m), inv);

@@ -405,24 +405,28 @@ INLINE __mmask16 tail_mask(int32_t n, int32_t i) {
     return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
 }
 
-/* Sum of squares in two fp32 lane accumulators (a head is 128 floats: 8 vectors). */
-INLINE float sum_squares(const float *v, int32_t n) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+/* Sum of squares in double lanes, as the ref twin sums: the rounded factor then matches its bits
+ * but in rare ties (an fp32 sum moved the fixtures' KL both ways by up to 1.3x). A head is 128
+ * floats: 16 conversions and FMAs. */
+INLINE double sum_squares(const float *v, int32_t n) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
     int32_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 x0 = _mm512_loadu_ps(v + i), x1 = _mm512_loadu_ps(v + i + 16);
-        a0 = _mm512_fmadd_ps(x0, x0, a0);
-        a1 = _mm512_fmadd_ps(x1, x1, a1);
+    for (; i + 16 <= n; i += 16) {
+        const __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(v + i));
+        const __m512d x1 = _mm512_cvtps_pd(_mm256_loadu_ps(v + i + 8));
+        a0 = _mm512_fmadd_pd(x0, x0, a0);
+        a1 = _mm512_fmadd_pd(x1, x1, a1);
     }
-    for (; i < n; i += 16) {
-        const __m512 x = _mm512_maskz_loadu_ps(tail_mask(n, i), v + i);
-        a0 = _mm512_fmadd_ps(x, x, a0);
+    for (; i < n; i += 8) {
+        const __mmask8 m = n - i >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (n - i)) - 1);
+        const __m512d x = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v + i));
+        a0 = _mm512_fmadd_pd(x, x, a0);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    return _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
 }
 
 void epyq_l2norm_avx512(float *v, int32_t n, float scale, double eps) {
-    const __m512 inv = _mm512_set1_ps((float)(scale / sqrt((double)sum_squares(v, n) + eps)));
+    const __m512 inv = _mm512_set1_ps((float)(scale / sqrt(sum_squares(v, n) + eps)));
     for (int32_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n, i);
         _mm512_mask_storeu_ps(v + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), inv));
@@ -430,7 +434,7 @@ void epyq_l2norm_avx512(float *v, int32_t n, float scale, double eps) {
 }
 
 void epyq_gated_rmsnorm_avx512(float *o, const float *z, const float *w, int32_t n, double eps) {
-    const __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt((double)sum_squares(o, n) / n + eps)));
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt(sum_squares(o, n) / n + eps)));
     for (int32_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n, i);
         const __m512 on = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + i), inv);
