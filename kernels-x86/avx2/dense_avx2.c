@@ -368,7 +368,7 @@ void epyq_conv_silu_avx2(float *x, float *st, size_t lds, const float *w, size_t
 
 /* ---- DeltaNet's per-head norms ------------------------------------------------------------ */
 
-/* Lanes i .. n-1 of an 8-wide step at i (all 8 when n - i >= 8), as a maskload mask. */
+/* The lanes of an 8-wide step at i that lie below n (all 8 when n - i >= 8), as a maskload mask. */
 INLINE __m256i tail_mask(int32_t n, int32_t i) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }

@@ -41,6 +41,11 @@ INLINE __m512 round_bf16(__m512 x) {
     return _mm512_mask_mov_ps(_mm512_castsi512_ps(r), nan, x);
 }
 
+/* The lanes of a 16-wide step at i that lie below n (all 16 when n - i >= 16). */
+INLINE __mmask16 tail_mask(int32_t n, int32_t i) {
+    return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+}
+
 /* Column i's line of each of R rows from p (rows ld elements apart): a GEMV tile's rows are
  * short streams the hardware prefetcher alone keeps too few lines ahead of (see gemm_tile). */
 INLINE void prefetch_rows(const uint16_t *p, size_t ld, size_t i, const int R) {
@@ -384,8 +389,7 @@ INLINE __m512 silu(__m512 s) {
 void epyq_conv_silu_avx512(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
                            int32_t n) {
     for (int32_t c = 0; c < n; c += 16) {
-        const int32_t rem = n - c;
-        const __mmask16 m = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
+        const __mmask16 m = tail_mask(n, c);
         const __m512 raw = _mm512_maskz_loadu_ps(m, x + c);
         __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + (size_t)(kc - 1) * ldw + c), raw);
         for (int32_t r = 0; r < kc - 1; r++) {
@@ -399,11 +403,6 @@ void epyq_conv_silu_avx512(float *x, float *st, size_t lds, const float *w, size
 }
 
 /* ---- DeltaNet's per-head norms ------------------------------------------------------------ */
-
-/* Lanes past n of a 16-wide step at i. */
-INLINE __mmask16 tail_mask(int32_t n, int32_t i) {
-    return n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-}
 
 /* Sum of squares in double lanes, as the ref twin sums: the rounded factor then matches its bits
  * but in rare ties (an fp32 sum moved the fixtures' KL both ways by up to 1.3x). A head is 128
