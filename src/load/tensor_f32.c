@@ -1,9 +1,21 @@
 /* src/load/tensor_f32.c — see tensor_f32.h. */
 #include "load/tensor_f32.h"
 
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/util.h"
+
+void epyq_tensor_prefetch(const epyq_tensor *t, size_t first, size_t n) {
+    size_t numel = epyq_tensor_numel(t), es = epyq_dtype_size(t->dtype);
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!t->data || es == 0 || pg <= 0 || first > numel || n > numel - first || n == 0) return;
+    uintptr_t a = (uintptr_t)t->data + first * es, e = a + n * es;
+    a &= ~((uintptr_t)pg - 1);
+    (void)madvise((void *)a, e - a, MADV_WILLNEED);
+}
 
 size_t epyq_tensor_numel(const epyq_tensor *t) {
     size_t n = 1;
