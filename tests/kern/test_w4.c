@@ -418,6 +418,9 @@ START_TEST(test_gemm_shapes) {
         {20, 384, 64, 300},
         {16, 128, 128, 31},
         {20, 4096, 128, 100},
+        /* many rows run in blocks of them (256 KiB of prepared activation each): 3 blocks of
+         * 50 rows on A16, 2 of 75 on A8, each over every tile */
+        {33, 2048, 128, 150},
     };
     static const int32_t fast[][4] = {{1, 128, 128, 1},  {17, 256, 128, 8}, {33, 64, 32, 3},
                                       {15, 128, 64, 33}, {17, 128, 64, 12}, {100, 256, 64, 1},
