@@ -47,9 +47,9 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
             const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
             W4_ROWS(MR, {
-                const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)b * W4_KBLK;
-                acc[r][0] = w4_dpbusd_b(acc[r][0], lo0, xr);
-                acc[r][na > 1] = w4_dpbusd_b(acc[r][na > 1], hi0, xr + 4);
+                const int8_t *xq = xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)b * W4_KBLK;
+                acc[r][0] = w4_dpbusd_row(acc[r][0], lo0, xq, (size_t)kx, r % 3, 0);
+                acc[r][na > 1] = w4_dpbusd_row(acc[r][na > 1], hi0, xq, (size_t)kx, r % 3, 4);
             });
             if (na == 4) {
                 const __m512i v1 = _mm512_loadu_si512(rec + (size_t)(b + 1) * W4_BLOCK);
@@ -58,9 +58,10 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                 const __m512i lo1 = _mm512_and_si512(v1, m0f);
                 const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
                 W4_ROWS(MR, {
-                    const int8_t *xr = xg + (size_t)r * (size_t)kx + (size_t)(b + 1) * W4_KBLK;
-                    acc[r][2] = w4_dpbusd_b(acc[r][2], lo1, xr);
-                    acc[r][3] = w4_dpbusd_b(acc[r][3], hi1, xr + 4);
+                    const int8_t *xq =
+                        xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)(b + 1) * W4_KBLK;
+                    acc[r][2] = w4_dpbusd_row(acc[r][2], lo1, xq, (size_t)kx, r % 3, 0);
+                    acc[r][3] = w4_dpbusd_row(acc[r][3], hi1, xq, (size_t)kx, r % 3, 4);
                 });
             }
         }
