@@ -49,14 +49,14 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
             const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(v, 4), mask);
             const __m512i c2 = _mm512_and_si512(_mm512_srli_epi32(v, 8), mask);
             const __m512i c3 = _mm512_and_si512(_mm512_srli_epi32(v, 12), mask);
-            W4_ROWS(MR, { /* rows 3q + s from base q (w4_dpwssd_row) */
-                          const int16_t *xq =
-                              xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)b * W4_KBLK;
-                          const size_t st = (size_t)kx * sizeof(int16_t);
-                          acc[r][0] = w4_dpwssd_row(acc[r][0], c0, xq, st, r % 3, 0);
-                          acc[r][1] = w4_dpwssd_row(acc[r][1], c1, xq, st, r % 3, 4);
-                          acc[r][0] = w4_dpwssd_row(acc[r][0], c2, xq, st, r % 3, 8);
-                          acc[r][1] = w4_dpwssd_row(acc[r][1], c3, xq, st, r % 3, 12);
+            /* rows 3q + s from base q (w4_dpwssd_row) */
+            W4_ROWS(MR, {
+                const int16_t *xq = xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)b * W4_KBLK;
+                const size_t st = (size_t)kx * sizeof(int16_t);
+                acc[r][0] = w4_dpwssd_row(acc[r][0], c0, xq, st, r % 3, 0);
+                acc[r][1] = w4_dpwssd_row(acc[r][1], c1, xq, st, r % 3, 4);
+                acc[r][0] = w4_dpwssd_row(acc[r][0], c2, xq, st, r % 3, 8);
+                acc[r][1] = w4_dpwssd_row(acc[r][1], c3, xq, st, r % 3, 12);
             });
         }
         W4_ROWS(MR, {
