@@ -17,7 +17,8 @@
 #   ik_llama.cpp          llama-bench -rtr 1 (repack at load, its fastest CPU mode), batched-bench
 #   llama.cpp             llama-bench without mmap (-lm none, older builds -mmp 0: these VMs
 #                         reclaim mmapped pages), batched-bench
-# and prints one table: t/s medians per test and the ratios epyq / peer. Peers are measured,
+# (the peers' batched-bench only when --batches has a count above 1: llama-bench's tg row times
+# one sequence already) and prints one table: t/s medians per test and the ratios epyq / peer. Peers are measured,
 # never copied. With 40 layers the epyq files and the GGUF do not fit in the page cache
 # together, so each program reloads from disk (a few minutes each on this VM).
 # --prompts takes a list (512,4096): every program runs each prompt length, in ubatches of 512
@@ -72,6 +73,8 @@ out=$work/vs_peers-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out"
 echo "vs_peers: raw results in $out" >&2
 nb=${batches//,/ }
+multi=0
+for b in $nb; do [ "$b" = 1 ] || multi=1; done
 # llama.cpp without mmap: newer builds (34af94cd) replaced -mmp 0 by --load-mode none
 nommap=(-mmp 0)
 help=$("$peers/llama.cpp/build/bin/llama-bench" --help 2>&1 || true)
@@ -91,6 +94,8 @@ for r in $(seq 1 "$rounds"); do
   for p in ik_llama.cpp llama.cpp; do
     bb=$peers/$p/build/bin/llama-batched-bench
     [ -x "$bb" ] || continue
+    # one sequence only: llama-bench's tg row above already times it (a model load saved)
+    [ "$multi" = 1 ] || continue
     extra=; [ "$p" = ik_llama.cpp ] && extra=-rtr
     timeout "$ptimeout" "$bb" -m "$gguf" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$gen" -npl "$batches" -t "$threads" $extra \
       >"$out/${p%%.*}-batched-$r.txt" 2>"$out/${p%%.*}-batched-$r.err" || true
