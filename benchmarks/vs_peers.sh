@@ -18,9 +18,9 @@
 #   llama.cpp             llama-bench without mmap (-lm none, older builds -mmp 0: these VMs
 #                         reclaim mmapped pages), batched-bench
 # (the peers' batched-bench only when --batches has a count above 1: llama-bench's tg row times
-# one sequence already) and prints one table: t/s medians per test and the ratios epyq / peer. Peers are measured,
-# never copied. With 40 layers the epyq files and the GGUF do not fit in the page cache
-# together, so each program reloads from disk (a few minutes each on this VM).
+# one sequence already) and prints one table: t/s medians per test and the ratios epyq / peer.
+# Peers are measured, never copied. With 40 layers the epyq files and the GGUF do not fit in
+# the page cache together, so each program reloads from disk (a few minutes each on this VM).
 # --prompts takes a list (512,4096): every program runs each prompt length, in ubatches of 512
 # tokens for all three (llama-bench's default -ub, epyq bench's default -u).
 # --peer-timeout (default 1800 s) stops a peer command that runs longer: ik_llama.cpp's batched

@@ -36,7 +36,9 @@ W4_INLINE __m512i w4_dpbusd_b(__m512i acc, __m512i w, const void *x4) {
  * each block (12 adds a block at 12 rows); rows 3q + s addressed as base_q + s * stride take
  * 4 pointers and one index register. Alternating runs on one thread (benchmarks/kernels
  * in_proj_qkv, A8, Zen 5, medians of 6): 8 rows 719 -> 658 us, 16 rows 1244 -> 1176 us, 32
- * rows 2261 -> 2165 us. clang picks its own addressing from the intrinsic. */
+ * rows 2261 -> 2165 us. clang picks its own addressing from the intrinsic. The asm names no
+ * memory operand (one made GCC compute every row's address again): the prepared activation it
+ * reads is written by the caller before the core is called and never during it. */
 #define W4_ROW_ASM(OP, acc, w, base, stride, s, disp)                                              \
     do {                                                                                           \
         if ((s) == 0)                                                                              \
