@@ -53,27 +53,23 @@ W4_INLINE __m512i w4_dpbusd_b(__m512i acc, __m512i w, const void *x4) {
                     : "v"(w), "r"(base), "r"(stride), "i"(disp));                                  \
     } while (0)
 
-W4_INLINE __m512i w4_dpbusd_row(__m512i acc, __m512i w, const void *base, size_t stride,
-                                const int s, const int disp) {
+/* w4_dpbusd_row and w4_dpwssd_row: one body, the instruction (asm) or intrinsic (clang) named. */
 #if defined(__GNUC__) && !defined(__clang__)
-    W4_ROW_ASM("vpdpbusd", acc, w, base, stride, s, disp);
-    return acc;
+#define W4_ROW_FN(name, OP, intrin)                                                                \
+    W4_INLINE __m512i name(__m512i acc, __m512i w, const void *base, size_t stride, const int s,   \
+                           const int disp) {                                                       \
+        W4_ROW_ASM(OP, acc, w, base, stride, s, disp);                                             \
+        return acc;                                                                                \
+    }
 #else
-    return _mm512_dpbusd_epi32(acc, w,
-                               w4_bcast32((const uint8_t *)base + (size_t)s * stride + disp));
+#define W4_ROW_FN(name, OP, intrin)                                                                \
+    W4_INLINE __m512i name(__m512i acc, __m512i w, const void *base, size_t stride, const int s,   \
+                           const int disp) {                                                       \
+        return intrin(acc, w, w4_bcast32((const uint8_t *)base + (size_t)s * stride + disp));      \
+    }
 #endif
-}
-
-W4_INLINE __m512i w4_dpwssd_row(__m512i acc, __m512i w, const void *base, size_t stride,
-                                const int s, const int disp) {
-#if defined(__GNUC__) && !defined(__clang__)
-    W4_ROW_ASM("vpdpwssd", acc, w, base, stride, s, disp);
-    return acc;
-#else
-    return _mm512_dpwssd_epi32(acc, w,
-                               w4_bcast32((const uint8_t *)base + (size_t)s * stride + disp));
-#endif
-}
+W4_ROW_FN(w4_dpbusd_row, "vpdpbusd", _mm512_dpbusd_epi32)
+W4_ROW_FN(w4_dpwssd_row, "vpdpwssd", _mm512_dpwssd_epi32)
 
 /* The group epilogue of both integer paths, operation for operation the ref twin's:
  * f + (s * d) * (float)(dot - z * sumq), with s the 16 scales after the group's bpg code
