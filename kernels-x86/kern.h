@@ -91,6 +91,11 @@ typedef struct {
  * (gs >= 32). The int4 kernels need x->gs equal to the weight's gs. */
 size_t epyq_act_bytes(int32_t m, int32_t k, int32_t gs, epyq_numpath path);
 
+/* dst = rows rows[0..n) of the prepared src, in that order, into buf (epyq_act_bytes(n, src->k,
+ * src->gs, src->path) bytes): the bytes act_prep gives those rows, since a row's preparation
+ * never depends on the other rows. dst->f32 is NULL (only the int4 kernels may read dst). */
+void epyq_act_gather(const epyq_act *src, const int32_t *rows, int32_t n, void *buf, epyq_act *dst);
+
 /* How quant_codes rounds one value x to an int4 code q in 0..15, given the per-group
  * factor a and the zero z, an integer in 0..15 (t, the scaled value, must be finite with
  * |t| < 2^31). rne = round half to even; bf16() = round to bf16, nearest even; each step

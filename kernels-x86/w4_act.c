@@ -55,6 +55,28 @@ static void prep_int(const float *x, int32_t m, int32_t k, int32_t gs, int wide,
     }
 }
 
+void epyq_act_gather(const epyq_act *src, const int32_t *rows, int32_t n, void *buf,
+                     epyq_act *dst) {
+    const int32_t k = src->k, gs = src->gs, G = k / gs, m = src->m;
+    const int wide = src->path != EPYQ_PATH_A8;
+    const size_t qb = wide ? sizeof(int16_t) : 1u; /* bytes per code */
+    const uint8_t *s = (const uint8_t *)src->buf;
+    uint8_t *b = (uint8_t *)buf;
+    const size_t sd = wide ? w4_a16_off_d(m, k) : w4_a8_off_d(m, k),
+                 ss = wide ? w4_a16_off_sum(m, k, gs) : w4_a8_off_sum(m, k, gs);
+    const size_t dd = wide ? w4_a16_off_d(n, k) : w4_a8_off_d(n, k),
+                 ds = wide ? w4_a16_off_sum(n, k, gs) : w4_a8_off_sum(n, k, gs);
+    for (int32_t r = 0; r < n; r++) {
+        const size_t from = (size_t)rows[r], to = (size_t)r;
+        memcpy(b + to * (size_t)k * qb, s + from * (size_t)k * qb, (size_t)k * qb);
+        memcpy(b + dd + to * (size_t)G * sizeof(float), s + sd + from * (size_t)G * sizeof(float),
+               (size_t)G * sizeof(float));
+        memcpy(b + ds + to * (size_t)G * sizeof(int32_t),
+               s + ss + from * (size_t)G * sizeof(int32_t), (size_t)G * sizeof(int32_t));
+    }
+    *dst = (epyq_act){.m = n, .k = k, .gs = gs, .path = src->path, .f32 = NULL, .buf = buf};
+}
+
 void epyq_act_prep_ref(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
                        epyq_numpath path, void *buf) {
     a->m = m;

@@ -6,7 +6,6 @@
  * projection (same numeric path as x), and the down core multiplies the matching column
  * slice of down and applies the routing weight while writing y. Every step is a fixed
  * sequence, so a slice's result does not depend on how the caller splits other slices. */
-#include <math.h>
 
 #include "kernels-x86/w4_impl.h"
 #include "kernels-x86/w4_layout.h"
@@ -51,8 +50,6 @@ size_t epyq_w4_expert_scratch_bytes(int32_t m, int32_t n_inter, int32_t k) {
     return off_act(m, n_inter) + (a8 > a16 ? a8 : a16);
 }
 
-static inline float silu(float v) { return v / (1.0f + expf(-v)); }
-
 void epyq_w4_expert_gu_with(const epyq_w4_cores *c, const epyq_w4 *gate, const epyq_w4 *up,
                             int32_t i0, int32_t i1, const epyq_act *x, float *h, int32_t ldh,
                             void *scratch) {
@@ -65,9 +62,8 @@ void epyq_w4_expert_gu_with(const epyq_w4_cores *c, const epyq_w4 *gate, const e
         core(gate, r0, r1, 0, gate->k / gate->gs, x, gt, ch, NULL);
         core(up, r0, r1, 0, up->k / up->gs, x, ut, ch, NULL);
         for (int32_t t = 0; t < m; t++)
-            for (int32_t i = 0; i < r1 - r0; i++)
-                h[(size_t)t * (size_t)ldh + (size_t)(r0 - i0 + i)] =
-                    silu(gt[(size_t)t * (size_t)ch + (size_t)i]) * ut[(size_t)t * (size_t)ch + (size_t)i];
+            c->silu_mul(gt + (size_t)t * (size_t)ch, ut + (size_t)t * (size_t)ch,
+                        h + (size_t)t * (size_t)ldh + (size_t)(r0 - i0), r1 - r0);
     }
 }
 

@@ -21,7 +21,16 @@ typedef struct {
     epyq_w4_core_fn a8, a16;
     void (*act_prep)(epyq_act *a, const float *x, int32_t m, int32_t k, int32_t gs,
                      epyq_numpath path, void *buf);
+    /* h[i] = silu(g[i]) * u[i], i < n: the expert's gate/up combination. Every ISA computes it
+     * with the same operations as epyq_silu_mul_ref (e = e^-|g| by one Cody-Waite split and
+     * a degree-7 polynomial, then g / (1 + e) or g e / (1 + e)), so w4_expert gives the ref
+     * twin's bits. */
+    void (*silu_mul)(const float *g, const float *u, float *h, int32_t n);
 } epyq_w4_cores;
+
+void epyq_silu_mul_ref(const float *g, const float *u, float *h, int32_t n);
+void epyq_silu_mul_avx2(const float *g, const float *u, float *h, int32_t n);
+void epyq_silu_mul_avx512(const float *g, const float *u, float *h, int32_t n);
 
 /* The shared entry points (kernels-x86/w4_drive.c). */
 void epyq_w4_gemm_with(const epyq_w4_cores *c, const epyq_w4 *w, int32_t n0, int32_t n1,

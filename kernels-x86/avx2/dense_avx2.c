@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels-x86/kern_impl.h"
+#include "kernels-x86/w4_impl.h"
 
 enum { MODE_ROUND, MODE_F32 };
 #define TILE_R 4
@@ -145,15 +146,16 @@ void epyq_bf16_gemm_f32_avx2(const uint16_t *w, int32_t k, int32_t n0, int32_t n
     gemm(w, k, n0, n1, x, y, ldy, MODE_F32);
 }
 
-/* e^x for x <= 0: same split and polynomial as dense_avx512.c; 2^n is built in the
- * exponent field (n >= -126 after the clamp, so the result stays normal). */
-INLINE __m256 exp_neg(__m256 x) {
+/* e^x for x <= 0: same split and polynomial as vec512.h (deg7 there too); 2^n is built in
+ * the exponent field (n >= -126 after the clamp, so the result stays normal). */
+INLINE __m256 exp_neg_poly(__m256 x, const int deg7) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
     __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    if (deg7) p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040.0f), r, p);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
@@ -163,6 +165,7 @@ INLINE __m256 exp_neg(__m256 x) {
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
+INLINE __m256 exp_neg(__m256 x) { return exp_neg_poly(x, 0); }
 
 #define ATT_BLOCK 8 /* keys per online-softmax step: one vector of scores */
 #define ATT_HEADS 8 /* query heads per pass over K/V */
@@ -339,13 +342,24 @@ void epyq_gdn_step_avx2(float *S, const float *k, const float *v, const float *q
     }
 }
 
-/* SiLU as in dense_avx512.c: the exp argument is -|s|. */
+/* SiLU as in dense_avx512.c: the exp argument is -|s|, one division, 0 below s = -87. */
 INLINE __m256 silu(__m256 s) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 e = exp_neg(_mm256_or_ps(s, sign)); /* -|s| */
+    const __m256 e = exp_neg_poly(_mm256_or_ps(s, sign), 1); /* -|s| */
     const __m256 neg = _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_LT_OQ);
-    const __m256 num = _mm256_blendv_ps(_mm256_set1_ps(1.0f), e, neg);
-    return _mm256_mul_ps(s, _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+    const __m256 under = _mm256_cmp_ps(s, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    const __m256 num = _mm256_andnot_ps(under, _mm256_blendv_ps(s, _mm256_mul_ps(s, e), neg));
+    return _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* silu(g) * u, 8 at a time; the tail takes the ref twin, whose operations these are
+ * (w4_impl.h), so every element has the same bits either way. */
+void epyq_silu_mul_avx2(const float *g, const float *u, float *h, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(h + i,
+                         _mm256_mul_ps(silu(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+    if (i < n) epyq_silu_mul_ref(g + i, u + i, h + i, n - i);
 }
 
 /* 8 channels a step; the channels past the last whole step take the ref twin. */

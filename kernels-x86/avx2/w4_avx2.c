@@ -190,6 +190,6 @@ void epyq_w4_core_a16_avx2(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0,
 }
 
 static const epyq_w4_cores cores_avx2 = {epyq_w4_core_a8_avx2, epyq_w4_core_a16_avx2,
-                                         epyq_act_prep_ref};
+                                         epyq_act_prep_ref, epyq_silu_mul_avx2};
 
 EPYQ_DEFINE_W4(avx2, cores_avx2)

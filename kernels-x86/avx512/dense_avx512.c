@@ -22,6 +22,7 @@
 
 #include "kernels-x86/avx512/vec512.h"
 #include "kernels-x86/kern_impl.h"
+#include "kernels-x86/w4_impl.h"
 
 enum { MODE_ROUND, MODE_F32 };
 #define TILE_R 4
@@ -376,13 +377,25 @@ void epyq_gdn_step_avx512(float *S, const float *k, const float *v, const float 
 
 /* ---- causal conv + SiLU ------------------------------------------------------------------ */
 
-/* s / (1 + e^-s) with the exp argument never positive: sigmoid(s) = 1 / (1 + e) for s >= 0
- * and e / (1 + e) for s < 0, e = e^-|s|. */
+/* s sigmoid(s) with the exp argument never positive, e = e^-|s|: s / (1 + e) for s >= 0 and
+ * s e / (1 + e) for s < 0, one division either way; 0 below s = -87, where the exp argument
+ * is clamped (silu(-1e30) is 0 as s / (1 + expf(-s)) gives, not -1e30 e^-87). */
 INLINE __m512 silu(__m512 s) {
-    const __m512 e = exp_neg(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(s)));
+    const __m512 e = exp_neg_poly(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(s)), 1);
     const __mmask16 neg = _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_LT_OQ);
-    const __m512 num = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), neg, e);
-    return _mm512_mul_ps(s, _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+    const __mmask16 under = _mm512_cmp_ps_mask(s, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    __m512 num = _mm512_mask_mul_ps(s, neg, s, e);
+    num = _mm512_mask_mov_ps(num, under, _mm512_setzero_ps());
+    return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+/* silu(g) * u, 16 at a time, the tail masked: epyq_silu_mul_ref's operations (w4_impl.h). */
+void epyq_silu_mul_avx512(const float *g, const float *u, float *h, int32_t n) {
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n, i);
+        const __m512 s = silu(_mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, u + i)));
+    }
 }
 
 /* 16 channels a step, the last one masked; each tap row is read once and written one row up. */

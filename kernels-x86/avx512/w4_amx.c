@@ -293,7 +293,7 @@ void epyq_w4_core_a8_amx(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, i
 }
 
 static const epyq_w4_cores cores_amx = {epyq_w4_core_a8_amx, epyq_w4_core_a16_amx,
-                                        epyq_act_prep_avx512};
+                                        epyq_act_prep_avx512, epyq_silu_mul_avx512};
 
 EPYQ_DEFINE_W4(amx, cores_amx)
 

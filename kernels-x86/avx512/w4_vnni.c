@@ -142,6 +142,6 @@ void epyq_w4_core_a8_avx512vnni(const epyq_w4 *w, int32_t n0, int32_t n1, int32_
 }
 
 static const epyq_w4_cores cores_vnni = {epyq_w4_core_a8_avx512vnni, epyq_w4_core_a16_avx512vnni,
-                                         epyq_act_prep_avx512};
+                                         epyq_act_prep_avx512, epyq_silu_mul_avx512};
 
 EPYQ_DEFINE_W4(avx512vnni, cores_vnni)

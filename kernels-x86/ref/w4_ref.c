@@ -71,7 +71,35 @@ void epyq_w4_core_a16_ref(const epyq_w4 *w, int32_t n0, int32_t n1, int32_t g0, 
     core_int_ref(w, n0, n1, g0, g1, x, y, ldy, rw, a.x16, 1, a.d, a.sum16);
 }
 
+/* e^x for x <= 0, the operations of the SIMD tables' exp_neg_poly with the degree-7 term
+ * (kernels-x86/avx512/vec512.h):
+ * fmaxf, nearbyintf, fmaf and ldexpf are each one correctly rounded step, as VMAXPS (NaN gives
+ * the clamp), VRNDSCALEPS (nearest even), VFNMADD/VFMADD and VSCALEFPS are (2^n stays normal:
+ * n >= -126 after the clamp). */
+static float exp_neg_ref(float x) {
+    x = fmaxf(x, -87.0f);
+    const float n = nearbyintf(x * 1.44269504f);
+    float r = fmaf(-n, 0.693145752f, x);
+    r = fmaf(-n, 1.42860677e-6f, r);
+    float p = fmaf(1.0f / 5040.0f, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return ldexpf(p, (int)n);
+}
+
+void epyq_silu_mul_ref(const float *g, const float *u, float *h, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        const float s = g[i], e = exp_neg_ref(-fabsf(s));
+        const float num = s < -87.0f ? 0.0f : s < 0.0f ? s * e : s;
+        h[i] = num / (1.0f + e) * u[i];
+    }
+}
+
 static const epyq_w4_cores cores_ref = {epyq_w4_core_a8_ref, epyq_w4_core_a16_ref,
-                                        epyq_act_prep_ref};
+                                        epyq_act_prep_ref, epyq_silu_mul_ref};
 
 EPYQ_DEFINE_W4(ref, cores_ref)

@@ -29,6 +29,8 @@ typedef struct {
     const epyq_model *m;
     const epyq_moe_rw *mw;
     const float *x;          /* [T][H] normed input */
+    const epyq_act *xr;      /* x prepared for the routed experts' path, or NULL */
+    const epyq_act *xd;      /* x prepared for the dense path (the router's input), or NULL */
     const int32_t *ent_tok;  /* [entries] token of each (expert, token) entry, grouped by expert */
     const int32_t *ent_row;  /* [entries] output row: t * (topk + 1) + slot */
     const float *ent_w;      /* [entries] routing weight (shared: sigmoid gate) */
@@ -78,15 +80,24 @@ static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t
     }
 }
 
-/* Gathered, prepared input rows of a task: xg [n][H] and its activation (abuf owned). */
+/* Prepared input rows of a task (abuf owned): its tokens' rows of the batch's prepared x when
+ * there is one for the path (the same bytes: a row's preparation depends on that row alone),
+ * else the f32 rows gathered into xg [n][H] (in act order by perm) and prepared. */
 static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, const int32_t *perm,
                        float *xg, epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
     int32_t H = m->d.H;
-    gather_rows(j, base, n, perm, xg);
-    *xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = path, .f32 = xg, .buf = NULL};
+    const epyq_act *src = perm                           ? NULL
+                          : j->xr && j->xr->path == path ? j->xr
+                          : j->xd && j->xd->path == path ? j->xd
+                                                         : NULL;
     *abuf = epyq_model_alloc(epyq_act_bytes(n, H, m->gs, path), 1);
     if (!*abuf) return false;
+    if (src) {
+        epyq_act_gather(src, j->ent_tok + base, n, *abuf, xa);
+        return true;
+    }
+    gather_rows(j, base, n, perm, xg);
     m->kt->act_prep(xa, xg, n, H, m->gs, path, *abuf);
     return true;
 }
@@ -431,13 +442,14 @@ static epyq_status shared_split(epyq_model *m, moe_job *j, const moe_plan *p, ep
 
 /* Run: every task on the pool, as whole-expert tasks or (small batches, int4 experts) in the
  * two split phases; then, in NUMA mode, the routed experts on their nodes. Fills p->ys. */
-static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x, moe_plan *p,
-                           epyq_err *err) {
+static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x, const epyq_act *xd,
+                           moe_plan *p, epyq_err *err) {
     const int32_t H = m->d.H, nt = p->nt;
     const size_t n_ent = (size_t)p->T * p->S;
     moe_job j = {.m = m,
                  .mw = mw,
                  .x = x,
+                 .xd = xd->buf && xd->gs == m->gs ? xd : NULL,
                  .ent_tok = p->ent_tok,
                  .ent_row = p->ent_row,
                  .ent_w = p->ent_w,
@@ -453,6 +465,17 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
     bool q4 = (mw->sh_gate.split || (mw->sh_gate.q4 && mw->sh_gate.requant != EPYQ_REQUANT_INT8)) &&
               (p->numa_layer >= 0 || mw->gate[0].q4);
     epyq_pool *pool = m->pool;
+    /* x prepared once for the routed experts' tasks, instead of once per (token, expert) */
+    const epyq_numpath rp = epyq_path_experts(m);
+    epyq_act xr;
+    void *xr_buf = NULL;
+    if (j.xd && j.xd->path == rp) j.xr = j.xd;
+    else if (p->numa_layer < 0 && mw->gate[0].q4 && mw->gate[0].requant != EPYQ_REQUANT_INT8 &&
+             !mw->gate[0].perm &&
+             (xr_buf = epyq_model_alloc(epyq_act_bytes(p->T, H, m->gs, rp), 1))) {
+        m->kt->act_prep(&xr, x, p->T, H, m->gs, rp, xr_buf);
+        j.xr = &xr;
+    }
     j.pieces = q4 && m->moe_split ? split_pieces(nt, m->n_threads) : 1;
     if (j.pieces > 1) {
         j.ld_h = m->d.I > m->d.Is ? m->d.I : m->d.Is;
@@ -471,7 +494,8 @@ static epyq_status moe_run(epyq_model *m, const epyq_moe_rw *mw, const float *x,
     } else {
         epyq_pool_run(pool, moe_task, &j, nt);
     }
-    free(j.h), free(j.ye);
+    free(j.h), free(j.ye), free(xr_buf);
+    if (j.xr == &xr) j.xr = NULL; /* its bytes are gone; shared_split prepares its own */
     if (atomic_load(&j.failed))
         return epyq_err_set(err, EPYQ_E_NOMEM, "MoE experts: out of memory");
     if (mw->sh_gate.split && epyq_model_ep_owns(m, m->d.E)) TRY(shared_split(m, &j, p, err));
@@ -518,7 +542,7 @@ epyq_status epyq_moe_block(epyq_model *m, const epyq_moe_rw *mw, int32_t T, cons
     moe_route(m, mw, &act, &p);
     if ((st = moe_group(m, mw, &p, err)) != EPYQ_OK) goto done;
     epyq_prof_add(m, EPYQ_PROF_ROUTER, &t0);
-    if ((st = moe_run(m, mw, x, &p, err)) != EPYQ_OK) goto done;
+    if ((st = moe_run(m, mw, x, &act, &p, err)) != EPYQ_OK) goto done;
     epyq_prof_add(m, EPYQ_PROF_EXPERTS, &t0);
     /* expert parallelism: the rows of other ranks' experts come in, the sums go out */
     if (m->ep) st = epyq_moe_ep_combine(m, T, p.sel, p.ys, out, err);
