@@ -82,9 +82,10 @@ static void gather_rows(const moe_job *j, int32_t base, int32_t n, const int32_t
 
 /* Prepared input rows of a task (abuf owned): its tokens' rows of the batch's prepared x when
  * there is one for the path (the same bytes: a row's preparation depends on that row alone),
- * else the f32 rows gathered into xg [n][H] (in act order by perm) and prepared. */
-static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path, const int32_t *perm,
-                       float *xg, epyq_act *xa, void **abuf) {
+ * else the f32 rows gathered into *xg [n][H] (in act order by perm; allocated here when NULL,
+ * the caller frees it) and prepared. */
+static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath path,
+                       const int32_t *perm, float **xg, epyq_act *xa, void **abuf) {
     const epyq_model *m = j->m;
     int32_t H = m->d.H;
     const epyq_act *src = perm                           ? NULL
@@ -97,8 +98,9 @@ static bool task_input(const moe_job *j, int32_t base, int32_t n, epyq_numpath p
         epyq_act_gather(src, j->ent_tok + base, n, *abuf, xa);
         return true;
     }
-    gather_rows(j, base, n, perm, xg);
-    m->kt->act_prep(xa, xg, n, H, m->gs, path, *abuf);
+    if (!*xg && !(*xg = malloc((size_t)n * H * sizeof(float)))) return false;
+    gather_rows(j, base, n, perm, *xg);
+    m->kt->act_prep(xa, *xg, n, H, m->gs, path, *abuf);
     return true;
 }
 
@@ -151,20 +153,21 @@ static void moe_task(void *ctx, int32_t task, int32_t worker) {
     const epyq_rlin *gate, *up, *down;
     expert_lins(j, tk->e, &gate, &up, &down);
     int32_t n = tk->n, H = m->d.H, base = j->e_off[tk->e] + tk->off;
-    float *xg = malloc((size_t)n * H * sizeof(float)), *y = malloc((size_t)n * H * sizeof(float));
+    float *xg = NULL, *y = malloc((size_t)n * H * sizeof(float));
     const float *rw = j->ent_w + base; /* routing weights of the task's entries, in order */
     void *abuf = NULL, *scratch = NULL;
-    bool ok = xg && y;
+    bool ok = y != NULL;
     epyq_act xa;
     if (ok && gate->q4 && gate->requant != EPYQ_REQUANT_INT8) {
-        ok = task_input(j, base, n, expert_path(j, tk->e), gate->perm, xg, &xa, &abuf);
+        ok = task_input(j, base, n, expert_path(j, tk->e), gate->perm, &xg, &xa, &abuf);
         scratch = ok ? epyq_model_alloc(m->kt->w4_expert_scratch_bytes(n, gate->n, H), 1) : NULL;
         ok = ok && scratch;
         if (ok) m->kt->w4_expert(&gate->w4, &up->w4, &down->w4, 0, gate->n, &xa, rw, y, H, scratch);
     } else if (ok) {
-        if (gate->q4) ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, xg, &xa, &abuf);
-        else gather_rows(j, base, n, NULL, xg);
-        if (!gate->q4)
+        if (gate->q4) ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, &xg, &xa, &abuf);
+        else if ((ok = (xg = malloc((size_t)n * H * sizeof(float))) != NULL))
+            gather_rows(j, base, n, NULL, xg);
+        if (ok && !gate->q4)
             xa = (epyq_act){.m = n, .k = H, .gs = m->gs, .path = EPYQ_PATH_A16, .f32 = xg, .buf = NULL};
         ok = ok && dense_expert(m, NULL, gate, up, down, &xa, rw, n, y);
     }
@@ -199,11 +202,11 @@ static void moe_gu_task(void *ctx, int32_t task, int32_t worker) {
     moe_job *j = ctx;
     const epyq_model *m = j->m;
     piece_t pc = piece_of(j, task, false);
-    float *xg = malloc((size_t)pc.n * m->d.H * sizeof(float));
+    float *xg = NULL;
     void *abuf = NULL;
     epyq_act xa;
-    bool ok = pc.scratch && xg && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), pc.gate->perm, xg, &xa,
-                                                  &abuf);
+    bool ok = pc.scratch && task_input(j, pc.base, pc.n, expert_path(j, pc.tk->e), pc.gate->perm,
+                                       &xg, &xa, &abuf);
     if (ok && pc.r1 > pc.r0)
         m->kt->w4_expert_gu(&pc.gate->w4, &pc.up->w4, pc.r0, pc.r1, &xa,
                             j->h + (size_t)pc.base * j->ld_h + pc.r0, pc.gate->n, pc.scratch);
@@ -416,13 +419,13 @@ static epyq_status shared_split(epyq_model *m, moe_job *j, const moe_plan *p, ep
         epyq_act xa;
         if (gate->q4 && gate->requant != EPYQ_REQUANT_INT8) {
             st =
-                task_input(j, base, n, expert_path(j, E), gate->perm, xg, &xa, &abuf)
+                task_input(j, base, n, expert_path(j, E), gate->perm, &xg, &xa, &abuf)
                     ? epyq_numa_expert_run(m, gate, up, down, &xa, expert_path(j, E), rw, y, H, err)
                     : epyq_err_set(err, EPYQ_E_NOMEM, "shared expert: out of memory");
         } else {
             bool ok = true;
             if (gate->q4)
-                ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, xg, &xa, &abuf);
+                ok = task_input(j, base, n, epyq_path_dense(m), gate->perm, &xg, &xa, &abuf);
             else {
                 gather_rows(j, base, n, NULL, xg);
                 xa = (epyq_act){
