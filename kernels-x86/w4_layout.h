@@ -12,11 +12,13 @@
  *           bits 4p..4p+3 ("sequential" nibble order, as GPTQ writes it).
  *
  * One 64-byte load therefore carries 16 rows x 8 k, and both numeric paths get their
- * operands from it with a shift and a mask (no shuffles across lanes):
+ * operands from it with shifts and masks (no shuffles across lanes):
  *   A8 (VPDPBUSD, 4 bytes per lane): v & 0x0f.. gives the codes of k0+{0,2,4,6},
- *       (v >> 4) & 0x0f.. those of k0+{1,3,5,7};
+ *       (v >> 4) & 0x0f.. those of k0+{1,3,5,7} (or v & 0xf0.., 16 times them, summed
+ *       apart and divided by 16 at the group's end: exact);
  *   A16 (VPDPWSSD, 2 int16 per lane): (v >> 4t) & 0x000f000f.. keeps k0+t in the low and
- *       k0+t+4 in the high 16-bit half of each lane (t = 0..3).
+ *       k0+t+4 in the high 16-bit half of each lane (t = 0..3; the SIMD cores take t = 1, 3
+ *       as 16 times the code in the same way).
  * The activations are stored permuted within each run of 8 to match (below), so the
  * kernels broadcast 4 (A8) or 2 (A16) consecutive activation elements per instruction.
  *

@@ -1,10 +1,13 @@
 /* kernels-x86/avx512/w4_i16.c — int4 x int16 (path A16) with VPDPWSSD (AVX-512 VNNI).
  *
  *   y[j] = sum_g fma(s[j][g] * d[g], (float)(sum_i q[j][i] x16[i] - z[j][g] sum16[g]), .)
- * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): (v >> 4t) & 0x000f000f puts
- * the codes of k0+t and k0+t+4 in the two 16-bit halves of each row's lane (t = 0..3), and
- * four VPDPWSSD against broadcast int16 pairs accumulate them in int32. No shuffles: the
- * unpack is a shift and a mask per VPDPWSSD. The integer dot is exact and the epilogue
+ * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): the codes of k0+t and k0+t+4
+ * sit in the two 16-bit halves of each row's lane at bits 4t (t = 0..3), and four VPDPWSSD
+ * against broadcast int16 pairs accumulate them in int32. No shuffles, and five operations
+ * unpack a block (a16_unpack) where a shift and a mask per code took seven: the codes of
+ * t = 1 and 3 are masked with 0x00f000f0 (of v and of v >> 8), i.e. taken 16 times over,
+ * into an accumulator of their own that is shifted down by 4 when the group ends (exact:
+ * every term is a multiple of 16). The integer dot is exact and the epilogue
  * matches the ref twin's operation for operation, so results are bit-identical to
  * ref/w4_ref.c (and to every other table's A16 core). The unpacked block is reused for up
  * to MR_MAX activation rows; one row walks W4_MULTI_NT tiles at once (w4_tiles1_fn).
@@ -27,13 +30,30 @@ W4_INLINE __m512i w4_dpwssd_b(__m512i acc, __m512i w, const void *x2) {
 #endif
 }
 
+/* The four code operands of block v: c[0], c[2] the codes of k0+0|4 and k0+2|6; c[1], c[3]
+ * 16 times those of k0+1|5 and k0+3|7 (for a16_dot's second accumulator). Bounds of that
+ * accumulator over a group (gs <= 128: 16 blocks, 2 VPDPWSSD each, 2 products each):
+ * 64 x 240 x 32767 < 2^29, so int32 holds it. */
+W4_INLINE void a16_unpack(__m512i v, __m512i c[4]) {
+    const __m512i lo = _mm512_set1_epi32(0x000f000f), hi = _mm512_set1_epi32(0x00f000f0);
+    const __m512i u = _mm512_srli_epi32(v, 8);
+    c[0] = _mm512_and_si512(v, lo);
+    c[1] = _mm512_and_si512(v, hi);
+    c[2] = _mm512_and_si512(u, lo);
+    c[3] = _mm512_and_si512(u, hi);
+}
+
+/* A group's integer dot from its two accumulators (the second holds 16 times its codes). */
+W4_INLINE __m512i a16_dot(__m512i acc0, __m512i acc16) {
+    return _mm512_add_epi32(acc0, _mm512_srai_epi32(acc16, 4));
+}
+
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                         const w4_a16_view *a, int32_t kx, int32_t t0, const int MR,
                         __m512 *facc) {
     const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
     const size_t rb = w4_rec_bytes(gs);
-    const __m512i mask = _mm512_set1_epi32(0x000f000f);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
     __m512 f[W4_ROWS_MAX];
     W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
@@ -45,24 +65,22 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
         for (int32_t b = 0; b < bpg; b++) {
             const __m512i v = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
             _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
-            const __m512i c0 = _mm512_and_si512(v, mask);
-            const __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(v, 4), mask);
-            const __m512i c2 = _mm512_and_si512(_mm512_srli_epi32(v, 8), mask);
-            const __m512i c3 = _mm512_and_si512(_mm512_srli_epi32(v, 12), mask);
+            __m512i c[4];
+            a16_unpack(v, c);
             /* rows 3q + s from base q (w4_dpwssd_row) */
             W4_ROWS(MR, {
                 const int16_t *xq = xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)b * W4_KBLK;
                 const size_t st = (size_t)kx * sizeof(int16_t);
-                acc[r][0] = w4_dpwssd_row(acc[r][0], c0, xq, st, r % 3, 0);
-                acc[r][1] = w4_dpwssd_row(acc[r][1], c1, xq, st, r % 3, 4);
-                acc[r][0] = w4_dpwssd_row(acc[r][0], c2, xq, st, r % 3, 8);
-                acc[r][1] = w4_dpwssd_row(acc[r][1], c3, xq, st, r % 3, 12);
+                acc[r][0] = w4_dpwssd_row(acc[r][0], c[0], xq, st, r % 3, 0);
+                acc[r][1] = w4_dpwssd_row(acc[r][1], c[1], xq, st, r % 3, 4);
+                acc[r][0] = w4_dpwssd_row(acc[r][0], c[2], xq, st, r % 3, 8);
+                acc[r][1] = w4_dpwssd_row(acc[r][1], c[3], xq, st, r % 3, 12);
             });
         }
         W4_ROWS(MR, {
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, _mm512_add_epi32(acc[r][0], acc[r][1]),
-                                a->d[tg], a->sum16[tg]);
+            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, a16_dot(acc[r][0], acc[r][1]),
+                                   a->d[tg], a->sum16[tg]);
         });
     }
     W4_ROWS(MR, facc[r] = f[r];);
@@ -75,7 +93,6 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
     (void)kx; /* one row: the activation row stride is never needed */
     const int32_t gs = w->gs, bpg = gs / W4_KBLK;
     const size_t rb = w4_rec_bytes(gs), tb = w4_tile_bytes(w->k, gs, w->asym);
-    const __m512i mask = _mm512_set1_epi32(0x000f000f);
     __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
     W4_ROWS(NT, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
@@ -89,21 +106,20 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
                 const uint8_t *p = rec0 + (size_t)r * tb + (size_t)b * W4_BLOCK;
                 const __m512i v = _mm512_loadu_si512(p);
                 _mm_prefetch((const char *)(p + pf), EPYQ_PF_WEIGHTS);
-                acc[r][0] = w4_dpwssd_b(acc[r][0], _mm512_and_si512(v, mask), xr);
-                acc[r][1] = w4_dpwssd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi32(v, 4), mask),
-                                        xr + 2);
-                acc[r][0] = w4_dpwssd_b(acc[r][0], _mm512_and_si512(_mm512_srli_epi32(v, 8), mask),
-                                        xr + 4);
-                acc[r][1] = w4_dpwssd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi32(v, 12), mask),
-                                        xr + 6);
+                __m512i c[4];
+                a16_unpack(v, c);
+                acc[r][0] = w4_dpwssd_b(acc[r][0], c[0], xr);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], c[1], xr + 2);
+                acc[r][0] = w4_dpwssd_b(acc[r][0], c[2], xr + 4);
+                acc[r][1] = w4_dpwssd_b(acc[r][1], c[3], xr + 6);
             });
         }
         const size_t tg = (size_t)(g - g0);
         W4_ROWS(NT, {
             const uint8_t *tile = tile0 + (size_t)r * tb;
             f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
-                                w->asym ? w4_tile_zeros(w, tile) : NULL, g,
-                                _mm512_add_epi32(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
+                                   w->asym ? w4_tile_zeros(w, tile) : NULL, g,
+                                   a16_dot(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
         });
     }
     W4_ROWS(NT, facc[r] = f[r];);

@@ -1,9 +1,13 @@
 /* kernels-x86/avx512/w4_vnni.c — int4 x int8 (path A8) with VPDPBUSD.
  *
  *   y[j] = sum_g fma(s[j][g] * d[g], (float)(sum_i q[j][i] x8[i] - z[j][g] sum8[g]), .)
- * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): one load, an AND and a
- * shift+AND give the unsigned codes of k0+{0,2,4,6} and k0+{1,3,5,7} in the 4 bytes of
- * each row's lane; two VPDPBUSD against 4 broadcast int8 activations accumulate them.
+ * Per 64-byte block (16 rows x 8 k, layout in w4_layout.h): one load and an AND give the
+ * unsigned codes of k0+{0,2,4,6} in the 4 bytes of each row's lane; a second AND (0xf0)
+ * leaves 16 times those of k0+{1,3,5,7} in place where an accumulator of their own takes
+ * them (shifted down by 4 when the group ends: exact, every term is a multiple of 16), so
+ * the unpack is two operations; with 5+ rows, whose one accumulator per row takes both, the
+ * second code is shifted down first. Two VPDPBUSD against 4 broadcast int8 activations
+ * accumulate them.
  * The unpacked block is reused for up to MR_MAX activation rows (the kernel is stamped
  * out per row count, ik_llama style), so at M = 32 the unpack is a small fraction of the
  * VPDPBUSD work. The integer dot is exact and the epilogue matches the ref twin's
@@ -20,6 +24,12 @@
  * the compiler spilled, and M = 32 ran at about half the speed of 3 chunks of <= 12. */
 #define MR_MAX 12
 
+/* A group's integer dot from an accumulator of plain codes and one of 16 x the codes (at
+ * most 16 blocks x 4 x 240 x 127 < 2^21 per group). */
+W4_INLINE __m512i a8_dot(__m512i acc1, __m512i acc16) {
+    return _mm512_add_epi32(acc1, _mm512_srai_epi32(acc16, 4));
+}
+
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                        const w4_a8_view *a, int32_t kx, int32_t t0, const int MR,
@@ -31,7 +41,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
     const int na = MR <= 2 ? 4 : MR <= 4 ? 2 : 1;
     const int32_t gs = w->gs, bpg = gs / W4_KBLK, Gx = kx / gs;
     const size_t rb = w4_rec_bytes(gs);
-    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
     const uint8_t *zeros = w->asym ? w4_tile_zeros(w, tile) : NULL;
     __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
     W4_ROWS(MR, f[r] = _mm512_setzero_ps(););
@@ -45,7 +55,8 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             const __m512i v0 = _mm512_loadu_si512(rec + (size_t)b * W4_BLOCK);
             _mm_prefetch((const char *)(rec + (size_t)b * W4_BLOCK + W4_PREFETCH), EPYQ_PF_WEIGHTS);
             const __m512i lo0 = _mm512_and_si512(v0, m0f);
-            const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f);
+            const __m512i hi0 = na == 1 ? _mm512_and_si512(_mm512_srli_epi16(v0, 4), m0f)
+                                        : _mm512_and_si512(v0, mf0);
             W4_ROWS(MR, {
                 const int8_t *xq = xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)b * W4_KBLK;
                 acc[r][0] = w4_dpbusd_row(acc[r][0], lo0, xq, (size_t)kx, r % 3, 0);
@@ -56,7 +67,7 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
                 _mm_prefetch((const char *)(rec + (size_t)(b + 1) * W4_BLOCK + W4_PREFETCH),
                              EPYQ_PF_WEIGHTS);
                 const __m512i lo1 = _mm512_and_si512(v1, m0f);
-                const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m0f);
+                const __m512i hi1 = _mm512_and_si512(v1, mf0);
                 W4_ROWS(MR, {
                     const int8_t *xq =
                         xg + (size_t)(r / 3 * 3) * (size_t)kx + (size_t)(b + 1) * W4_KBLK;
@@ -66,8 +77,8 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             }
         }
         W4_ROWS(MR, {
-            __m512i dot = na == 1 ? acc[r][0] : _mm512_add_epi32(acc[r][0], acc[r][1]);
-            if (na == 4) dot = _mm512_add_epi32(dot, _mm512_add_epi32(acc[r][2], acc[r][3]));
+            __m512i dot = na == 1 ? acc[r][0] : a8_dot(acc[r][0], acc[r][1]);
+            if (na == 4) dot = _mm512_add_epi32(dot, a8_dot(acc[r][2], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
             f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, dot, a->d[tg], a->sum8[tg]);
         });
@@ -84,7 +95,7 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
     const int32_t gs = w->gs, bpg = gs / W4_KBLK;
     (void)kx; /* one row: the activation row stride is never needed */
     const size_t rb = w4_rec_bytes(gs), tb = w4_tile_bytes(w->k, gs, w->asym);
-    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
     __m512 f[W4_ROWS_MAX]; /* W4_ROWS_MAX: see w4_simd.h */
     W4_ROWS(NT, f[r] = _mm512_setzero_ps(););
     for (int32_t g = g0; g < g1; g++) {
@@ -99,8 +110,7 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
                 const __m512i v = _mm512_loadu_si512(p);
                 _mm_prefetch((const char *)(p + pf), EPYQ_PF_WEIGHTS);
                 acc[r][0] = w4_dpbusd_b(acc[r][0], _mm512_and_si512(v, m0f), xr);
-                acc[r][1] = w4_dpbusd_b(acc[r][1], _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f),
-                                        xr + 4);
+                acc[r][1] = w4_dpbusd_b(acc[r][1], _mm512_and_si512(v, mf0), xr + 4);
             });
         }
         const size_t tg = (size_t)(g - g0);
@@ -108,7 +118,7 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
             const uint8_t *tile = tile0 + (size_t)r * tb;
             f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
                                    w->asym ? w4_tile_zeros(w, tile) : NULL, g,
-                                   _mm512_add_epi32(acc[r][0], acc[r][1]), a->d[tg], a->sum8[tg]);
+                                   a8_dot(acc[r][0], acc[r][1]), a->d[tg], a->sum8[tg]);
         });
     }
     W4_ROWS(NT, facc[r] = f[r];);
