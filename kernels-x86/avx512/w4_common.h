@@ -71,6 +71,13 @@ W4_INLINE __m512i w4_dpbusd_b(__m512i acc, __m512i w, const void *x4) {
 W4_ROW_FN(w4_dpbusd_row, "vpdpbusd", _mm512_dpbusd_epi32)
 W4_ROW_FN(w4_dpwssd_row, "vpdpwssd", _mm512_dpwssd_epi32)
 
+/* A group's integer dot from an accumulator of plain codes and one of 16 times the codes
+ * (both paths mask some codes in place, w4_layout.h): exact, every term of acc16 is a
+ * multiple of 16. Each core states its bound on acc16. */
+W4_INLINE __m512i w4_dot_x16(__m512i acc1, __m512i acc16) {
+    return _mm512_add_epi32(acc1, _mm512_srai_epi32(acc16, 4));
+}
+
 /* The group epilogue of both integer paths, operation for operation the ref twin's:
  * f + (s * d) * (float)(dot - z * sumq), with s the 16 scales after the group's bpg code
  * blocks in rec, z the tile's zero points of group g (8 when zeros is NULL), d and sumq the

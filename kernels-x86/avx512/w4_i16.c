@@ -31,7 +31,7 @@ W4_INLINE __m512i w4_dpwssd_b(__m512i acc, __m512i w, const void *x2) {
 }
 
 /* The four code operands of block v: c[0], c[2] the codes of k0+0|4 and k0+2|6; c[1], c[3]
- * 16 times those of k0+1|5 and k0+3|7 (for a16_dot's second accumulator). Bounds of that
+ * 16 times those of k0+1|5 and k0+3|7 (for w4_dot_x16's second accumulator). Bounds of that
  * accumulator over a group (gs <= 128: 16 blocks, 2 VPDPWSSD each, 2 products each):
  * 64 x 240 x 32767 < 2^29, so int32 holds it. */
 W4_INLINE void a16_unpack(__m512i v, __m512i c[4]) {
@@ -41,11 +41,6 @@ W4_INLINE void a16_unpack(__m512i v, __m512i c[4]) {
     c[1] = _mm512_and_si512(v, hi);
     c[2] = _mm512_and_si512(u, lo);
     c[3] = _mm512_and_si512(u, hi);
-}
-
-/* A group's integer dot from its two accumulators (the second holds 16 times its codes). */
-W4_INLINE __m512i a16_dot(__m512i acc0, __m512i acc16) {
-    return _mm512_add_epi32(acc0, _mm512_srai_epi32(acc16, 4));
 }
 
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
@@ -79,7 +74,7 @@ W4_INLINE void a16_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32
         }
         W4_ROWS(MR, {
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
-            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, a16_dot(acc[r][0], acc[r][1]),
+            f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, w4_dot_x16(acc[r][0], acc[r][1]),
                                    a->d[tg], a->sum16[tg]);
         });
     }
@@ -119,7 +114,7 @@ W4_INLINE void a16_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, in
             const uint8_t *tile = tile0 + (size_t)r * tb;
             f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
                                    w->asym ? w4_tile_zeros(w, tile) : NULL, g,
-                                   a16_dot(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
+                                   w4_dot_x16(acc[r][0], acc[r][1]), a->d[tg], a->sum16[tg]);
         });
     }
     W4_ROWS(NT, facc[r] = f[r];);

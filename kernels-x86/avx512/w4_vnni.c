@@ -24,12 +24,6 @@
  * the compiler spilled, and M = 32 ran at about half the speed of 3 chunks of <= 12. */
 #define MR_MAX 12
 
-/* A group's integer dot from an accumulator of plain codes and one of 16 x the codes (at
- * most 16 blocks x 4 x 240 x 127 < 2^21 per group). */
-W4_INLINE __m512i a8_dot(__m512i acc1, __m512i acc16) {
-    return _mm512_add_epi32(acc1, _mm512_srai_epi32(acc16, 4));
-}
-
 /* facc[r] = 16 rows of W (one tile) . activation row t0 + r, for MR rows. */
 W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_t g1,
                        const w4_a8_view *a, int32_t kx, int32_t t0, const int MR,
@@ -77,8 +71,11 @@ W4_INLINE void a8_rows(const epyq_w4 *w, const uint8_t *tile, int32_t g0, int32_
             }
         }
         W4_ROWS(MR, {
-            __m512i dot = na == 1 ? acc[r][0] : a8_dot(acc[r][0], acc[r][1]);
-            if (na == 4) dot = _mm512_add_epi32(dot, a8_dot(acc[r][2], acc[r][3]));
+            /* the 16x accumulators ([1], [3]): at most 16 blocks x 4 x 240 x 127 < 2^21 */
+            const __m512i dot = na == 1   ? acc[r][0]
+                                : na == 2 ? w4_dot_x16(acc[r][0], acc[r][1])
+                                          : w4_dot_x16(_mm512_add_epi32(acc[r][0], acc[r][2]),
+                                                       _mm512_add_epi32(acc[r][1], acc[r][3]));
             const size_t tg = (size_t)(t0 + r) * (size_t)Gx + (size_t)(g - g0);
             f[r] = w4_int_epilogue(f[r], rec, bpg, zeros, g, dot, a->d[tg], a->sum8[tg]);
         });
@@ -118,7 +115,7 @@ W4_INLINE void a8_tiles1(const epyq_w4 *w, const uint8_t *tile0, int32_t g0, int
             const uint8_t *tile = tile0 + (size_t)r * tb;
             f[r] = w4_int_epilogue(f[r], tile + (size_t)g * rb, bpg,
                                    w->asym ? w4_tile_zeros(w, tile) : NULL, g,
-                                   a8_dot(acc[r][0], acc[r][1]), a->d[tg], a->sum8[tg]);
+                                   w4_dot_x16(acc[r][0], acc[r][1]), a->d[tg], a->sum8[tg]);
         });
     }
     W4_ROWS(NT, facc[r] = f[r];);
