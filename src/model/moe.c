@@ -356,6 +356,47 @@ static void moe_route(epyq_model *m, const epyq_moe_rw *mw, const epyq_act *act,
     epyq_model_rows_run(m, p->T, EPYQ_ROWS_POOL_MIN, route_rows, p);
 }
 
+/* The pool tasks: each expert's entries in chunks of MOE_CHUNK, the longest first. The pool
+ * hands tasks out in array order, so a long task late in the list kept one thread busy while
+ * the other had nothing left: at 32 sequences the shared expert (32 rows, on the dense path)
+ * came after some 200 one- or two-row routed tasks. The shared expert's chunks go first (its
+ * rows cost more than a routed expert's: A16 on the exact path), then the routed chunks by
+ * row count, longest first (a stable counting sort: equal counts keep expert order). Which
+ * task runs when never changes a bit of the result (see the top of this file). */
+static void moe_tasks(const epyq_model *m, const epyq_moe_rw *mw, moe_plan *p) {
+    const int32_t E = p->E, *e_off = p->e_off;
+    /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
+    const bool shared = !mw->sh_gate.split && epyq_model_ep_owns(m, E);
+    p->nt = 0;
+    if (shared)
+        for (int32_t off = 0; off < e_off[E + 1] - e_off[E]; off += MOE_CHUNK) {
+            int32_t n = e_off[E + 1] - e_off[E] - off;
+            p->tasks[p->nt++] = (moe_task_t){E, off, n < MOE_CHUNK ? n : MOE_CHUNK};
+        }
+    if (p->numa_layer >= 0) return;
+    /* count[n]: routed chunks of n rows; then at[n]: where the first of them goes */
+    int32_t count[MOE_CHUNK + 1] = {0}, at[MOE_CHUNK + 1];
+    int32_t total = 0;
+    for (int32_t e = 0; e < E; e++) {
+        if (!epyq_model_ep_owns(m, e)) continue;
+        int32_t rows = e_off[e + 1] - e_off[e];
+        count[MOE_CHUNK] += rows / MOE_CHUNK;
+        count[rows % MOE_CHUNK]++;
+        total += rows / MOE_CHUNK + (rows % MOE_CHUNK > 0);
+    }
+    count[0] = 0; /* experts no token chose */
+    for (int32_t n = MOE_CHUNK, next = p->nt; n >= 1; n--) at[n] = next, next += count[n];
+    for (int32_t e = 0; e < E; e++) {
+        if (!epyq_model_ep_owns(m, e)) continue;
+        for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
+            int32_t n = e_off[e + 1] - e_off[e] - off;
+            n = n < MOE_CHUNK ? n : MOE_CHUNK;
+            p->tasks[at[n]++] = (moe_task_t){e, off, n};
+        }
+    }
+    p->nt += total;
+}
+
 /* Group: a counting sort of the entries by expert (the shared expert is expert E), then the
  * tasks, each expert's entries in chunks of MOE_CHUNK. Also counts the routed-expert weight
  * bytes this call streams into m->fwd_bytes. */
@@ -385,18 +426,10 @@ static epyq_status moe_group(epyq_model *m, const epyq_moe_rw *mw, moe_plan *p, 
         p->ent_tok[at] = t, p->ent_row[at] = t * S + K, p->ent_w[at] = p->sg[t];
     }
     free(fill);
-    p->nt = 0;
     /* NUMA mode: the routed experts run on their nodes (numa_moe.c), the shared one split over
      * them (shared_split); what is left is pool tasks */
     p->numa_layer = epyq_moe_numa_layer(m, mw);
-    for (int32_t e = p->numa_layer >= 0 ? E : 0; e <= (mw->sh_gate.split ? E - 1 : E); e++) {
-        /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
-        if (!epyq_model_ep_owns(m, e)) continue;
-        for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
-            int32_t n = e_off[e + 1] - e_off[e] - off;
-            p->tasks[p->nt++] = (moe_task_t){e, off, n < MOE_CHUNK ? n : MOE_CHUNK};
-        }
-    }
+    moe_tasks(m, mw, p);
     return EPYQ_OK;
 }
 
