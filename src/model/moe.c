@@ -365,36 +365,30 @@ static void moe_route(epyq_model *m, const epyq_moe_rw *mw, const epyq_act *act,
  * task runs when never changes a bit of the result (see the top of this file). */
 static void moe_tasks(const epyq_model *m, const epyq_moe_rw *mw, moe_plan *p) {
     const int32_t E = p->E, *e_off = p->e_off;
-    /* expert parallelism: this rank's routed experts; the shared one on rank 0 */
-    const bool shared = !mw->sh_gate.split && epyq_model_ep_owns(m, E);
-    p->nt = 0;
-    if (shared)
-        for (int32_t off = 0; off < e_off[E + 1] - e_off[E]; off += MOE_CHUNK) {
-            int32_t n = e_off[E + 1] - e_off[E] - off;
-            p->tasks[p->nt++] = (moe_task_t){E, off, n < MOE_CHUNK ? n : MOE_CHUNK};
-        }
-    if (p->numa_layer >= 0) return;
-    /* count[n]: routed chunks of n rows; then at[n]: where the first of them goes */
-    int32_t count[MOE_CHUNK + 1] = {0}, at[MOE_CHUNK + 1];
-    int32_t total = 0;
-    for (int32_t e = 0; e < E; e++) {
-        if (!epyq_model_ep_owns(m, e)) continue;
-        int32_t rows = e_off[e + 1] - e_off[e];
-        count[MOE_CHUNK] += rows / MOE_CHUNK;
-        count[rows % MOE_CHUNK]++;
-        total += rows / MOE_CHUNK + (rows % MOE_CHUNK > 0);
-    }
-    count[0] = 0; /* experts no token chose */
-    for (int32_t n = MOE_CHUNK, next = p->nt; n >= 1; n--) at[n] = next, next += count[n];
-    for (int32_t e = 0; e < E; e++) {
-        if (!epyq_model_ep_owns(m, e)) continue;
-        for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
-            int32_t n = e_off[e + 1] - e_off[e] - off;
-            n = n < MOE_CHUNK ? n : MOE_CHUNK;
-            p->tasks[at[n]++] = (moe_task_t){e, off, n};
+    /* at[r]: chunks of rank r (the shared expert MOE_CHUNK + 1, a routed chunk its row count),
+     * counted in pass 0, then where the next of them goes in pass 1 */
+    int32_t at[MOE_CHUNK + 2] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            for (int32_t r = MOE_CHUNK + 1, next = 0; r >= 1; r--) {
+                const int32_t c = at[r];
+                at[r] = next, next += c, p->nt = next;
+            }
+        for (int32_t e = 0; e <= E; e++) {
+            /* NUMA mode runs the routed experts on their nodes and splits a shared expert over
+             * them (shared_split); expert parallelism: this rank's routed experts, the shared
+             * one on rank 0 */
+            const bool pooled = e == E ? !mw->sh_gate.split : p->numa_layer < 0;
+            if (!pooled || !epyq_model_ep_owns(m, e)) continue;
+            for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
+                const int32_t left = e_off[e + 1] - e_off[e] - off;
+                const int32_t n = left < MOE_CHUNK ? left : MOE_CHUNK, r = e == E ? MOE_CHUNK + 1 : n;
+                if (pass == 0) at[r]++;
+                else
+                    p->tasks[at[r]++] = (moe_task_t){e, off, n};
+            }
         }
     }
-    p->nt += total;
 }
 
 /* Group: a counting sort of the entries by expert (the shared expert is expert E), then the
