@@ -382,7 +382,8 @@ static void moe_tasks(const epyq_model *m, const epyq_moe_rw *mw, moe_plan *p) {
             if (!pooled || !epyq_model_ep_owns(m, e)) continue;
             for (int32_t off = 0; off < e_off[e + 1] - e_off[e]; off += MOE_CHUNK) {
                 const int32_t left = e_off[e + 1] - e_off[e] - off;
-                const int32_t n = left < MOE_CHUNK ? left : MOE_CHUNK, r = e == E ? MOE_CHUNK + 1 : n;
+                const int32_t n = left < MOE_CHUNK ? left : MOE_CHUNK,
+                              r = e == E ? MOE_CHUNK + 1 : n;
                 if (pass == 0) at[r]++;
                 else
                     p->tasks[at[r]++] = (moe_task_t){e, off, n};
