@@ -11,6 +11,9 @@
  *   attn prefill               the same heads, the last 512 tokens of that 4096-token prompt
  *                              (causal): the GQA entry per token vs prompt tiles of 2/4/8 tokens
  *   gdn_step                   32 value heads of 128 x 128 fp32 state (one layer, one token)
+ *   gdn prefill                the same heads over a 256-token prompt, rows laid out as the
+ *                              model's (a projection row apart): one gdn_step per token vs
+ *                              gdn_seq over the run (one pass over an L1-resident strip a token)
  * Rows are split over an epyq pool (numa/pool.h) of 1..N pinned threads, as in the runtime.
  *
  *   benchmarks/dense [-t 1,2] [--reps N] [--json] [--quick] [--only gemv|prefill|attn|gdn]
@@ -145,7 +148,7 @@ static float *alloc_f32(size_t n) {
 
 /* ---- attention and GDN -------------------------------------------------------------------- */
 
-enum { A_HEADS = 16, A_KV = 2, A_HD = 256, A_CTX = 4096, G_HEADS = 32, G_D = 128 };
+enum { A_HEADS = 16, A_KV = 2, A_HD = 256, A_CTX = 4096, G_HEADS = 32, G_D = 128, G_TOK = 256 };
 
 typedef struct {
     epyq_pool *pool;
@@ -228,6 +231,36 @@ static void gdn_task(void *ctx, int32_t h, int32_t worker) {
 static void gdn_run(void *ctx) {
     gdn_job *g = ctx;
     epyq_pool_run(g->pool, gdn_task, g, G_HEADS);
+}
+
+/* A prompt of G_TOK tokens per head: q | k | v of head h at h * 3 G_D in a token's row. */
+typedef struct {
+    epyq_pool *pool;
+    int seq;              /* 1: gdn_seq over the run, 0: one gdn_step per token */
+    float *S;             /* [G_HEADS][G_D][G_D] */
+    const float *u;       /* [G_TOK][G_HEADS][3][G_D] */
+    float *o;             /* [G_TOK][G_HEADS][G_D] */
+    const float *al, *be; /* [G_TOK] */
+} gdn_prompt_job;
+
+static void gdn_prompt_task(void *ctx, int32_t h, int32_t worker) {
+    (void)worker;
+    const gdn_prompt_job *g = ctx;
+    const size_t ld = (size_t)G_HEADS * 3 * G_D, ldo = (size_t)G_HEADS * G_D;
+    const float *q = g->u + (size_t)h * 3 * G_D, *k = q + G_D, *v = q + 2 * G_D;
+    float *S = g->S + (size_t)h * G_D * G_D, *o = g->o + (size_t)h * G_D;
+    if (g->seq) {
+        K->gdn_seq(S, k, v, q, ld, NULL, G_TOK, g->al, g->be, G_D, G_D, o, ldo);
+        return;
+    }
+    for (size_t t = 0; t < G_TOK; t++)
+        K->gdn_step(S, k + t * ld, v + t * ld, q + t * ld, g->al[t], g->be[t], G_D, G_D,
+                    o + t * ldo);
+}
+
+static void gdn_prompt_run(void *ctx) {
+    gdn_prompt_job *g = ctx;
+    epyq_pool_run(g->pool, gdn_prompt_task, g, G_HEADS);
 }
 
 static int section(const char *only, const char *name) { return !only || strcmp(only, name) == 0; }
@@ -316,11 +349,24 @@ int main(int argc, char **argv) {
           *ao = alloc_f32((size_t)A_UB * A_HEADS * A_HD);
     float *S = alloc_f32((size_t)G_HEADS * G_D * G_D), *gv = alloc_f32((size_t)3 * G_HEADS * G_D);
     float *go = alloc_f32((size_t)G_HEADS * G_D);
-    if (!gw || !pw || !x || !y || !kv || !aq || !ao || !S || !gv || !go) {
+    float *gu = alloc_f32((size_t)G_TOK * G_HEADS * 3 * G_D),
+          *gpo = alloc_f32((size_t)G_TOK * G_HEADS * G_D);
+    float *gab = alloc_f32(2 * (size_t)G_TOK);
+    if (!gw || !pw || !x || !y || !kv || !aq || !ao || !S || !gv || !go || !gu || !gpo || !gab) {
         fprintf(stderr, "epyq: dense: out of memory\n");
         return 1;
     }
     for (size_t i = 0; i < (size_t)G_HEADS * G_D * G_D; i++) S[i] *= 0.01f;
+    /* unit k, q scaled by 1/sqrt(G_D) as the model feeds them; alpha < 1 keeps S bounded */
+    for (size_t r = 0; r < (size_t)G_TOK * G_HEADS; r++)
+        for (int part = 0; part < 2; part++) {
+            float *w = gu + r * 3 * G_D + (size_t)part * G_D;
+            double ss = 0.0;
+            for (int i = 0; i < G_D; i++) ss += (double)w[i] * w[i];
+            const float sc = (float)((part ? 1.0 : 1.0 / sqrt((double)G_D)) / sqrt(ss + 1e-6));
+            for (int i = 0; i < G_D; i++) w[i] *= sc;
+        }
+    for (int t = 0; t < G_TOK; t++) gab[t] = 0.99f, gab[G_TOK + t] = 0.5f;
 
     if (!json)
         printf("dense: kernels %s, %d reps (+1 warm-up), times in ms (median min-max), GB = 1e9 B\n"
@@ -408,6 +454,12 @@ int main(int argc, char **argv) {
             row("gdn_step", "32 x 128x128", 1, t, time_it(gdn_run, &gj),
                 (double)G_HEADS * G_D * G_D * 4 * 2, 6.0 * G_HEADS * G_D * G_D, rd,
                 "one layer; bytes = state read+write (cache-resident)");
+        for (int sq = 0; sq < 2 && section(only, "gdn"); sq++) {
+            gdn_prompt_job gp = {pool, sq, S, gu, gpo, gab, gab + G_TOK};
+            snprintf(shape, sizeof shape, "32 x 128x128 %d", G_TOK);
+            row(sq ? "gdn_seq" : "gdn_step x tok", shape, G_TOK, t, time_it(gdn_prompt_run, &gp),
+                0.0, 6.0 * G_TOK * G_HEADS * G_D * G_D, rd, "prompt, one layer");
+        }
         epyq_pool_free(pool);
     }
     epyq_dnnl_release();
@@ -421,5 +473,8 @@ int main(int argc, char **argv) {
     free(S);
     free(gv);
     free(go);
+    free(gu);
+    free(gpo);
+    free(gab);
     return 0;
 }

@@ -35,6 +35,7 @@ static const epyq_kern_table own_ref = {
     .attn_bf16_multi = epyq_attn_bf16_multi_ref,
     .attn_bf16_tile = epyq_attn_bf16_tile_ref,
     .gdn_step = epyq_gdn_step_ref,
+    .gdn_seq = epyq_gdn_seq_ref,
     .conv_silu = epyq_conv_silu_ref,
     .l2norm = epyq_l2norm_ref,
     .gated_rmsnorm = epyq_gated_rmsnorm_ref,
@@ -60,6 +61,7 @@ static const epyq_kern_table own_avx2 = {
     .attn_bf16_multi = epyq_attn_bf16_multi_avx2,
     .attn_bf16_tile = epyq_attn_bf16_tile_avx2,
     .gdn_step = epyq_gdn_step_avx2,
+    .gdn_seq = epyq_gdn_seq_avx2,
     .conv_silu = epyq_conv_silu_avx2,
     .l2norm = epyq_l2norm_avx2,
     .gated_rmsnorm = epyq_gated_rmsnorm_avx2,
@@ -83,6 +85,7 @@ static const epyq_kern_table own_avx512 = {
     .attn_bf16_multi = epyq_attn_bf16_multi_avx512,
     .attn_bf16_tile = epyq_attn_bf16_tile_avx512,
     .gdn_step = epyq_gdn_step_avx512,
+    .gdn_seq = epyq_gdn_seq_avx512,
     .conv_silu = epyq_conv_silu_avx512,
     .l2norm = epyq_l2norm_avx512,
     .gated_rmsnorm = epyq_gated_rmsnorm_avx512,
@@ -147,6 +150,7 @@ static void build_tables(void) {
         INHERIT(attn_bf16_multi);
         INHERIT(attn_bf16_tile);
         INHERIT(gdn_step);
+        INHERIT(gdn_seq);
         INHERIT(conv_silu);
         INHERIT(l2norm);
         INHERIT(gated_rmsnorm);

@@ -198,6 +198,16 @@ typedef struct epyq_kern_table {
     void (*gdn_step)(float *S, const float *k, const float *v, const float *q, float alpha,
                      float beta, int32_t dk, int32_t dv, float *o);
 
+    /* The same step over n >= 0 tokens of one value head, in order: token t (row
+     * r = rows ? rows[t] : t) is gdn_step(S, k + r ld, v + r ld, q + r ld, alpha[t], beta[t],
+     * dk, dv, o + r ldo). Every table gives the bits of n calls of its own gdn_step. The SIMD
+     * tables walk S in column strips copied to an L1-sized buffer for all n tokens (value
+     * columns are independent), and fold each token's m = S^T k into the previous token's
+     * update pass: one pass over the strip per token instead of two over the whole state. */
+    void (*gdn_seq)(float *S, const float *k, const float *v, const float *q, size_t ld,
+                    const int32_t *rows, int32_t n, const float *alpha, const float *beta,
+                    int32_t dk, int32_t dv, float *o, size_t ldo);
+
     /* Small fp32 matrix product (the chunked DeltaNet's WY/UT steps):
      *   C[i][j] (op) sum_l A[i][l] B[l][j],  i < m, j < n, l < k ascending,
      * op EPYQ_GEMM_SET (=), EPYQ_GEMM_ADD (+=) or EPYQ_GEMM_SUB (-=). A [m][lda], B [k][ldb],

@@ -33,9 +33,12 @@
                                    int32_t ldq_h, const int32_t *n_ctx, const uint16_t *k,         \
                                    const uint16_t *v, int32_t hd, int32_t kv_stride, float scale,  \
                                    float *out, int32_t ldo_t, int32_t ldo_h)
-#define EPYQ_DECLARE_GDN(sfx)                                                                    \
-    void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,          \
-                             float alpha, float beta, int32_t dk, int32_t dv, float *o)
+#define EPYQ_DECLARE_GDN(sfx)                                                                      \
+    void epyq_gdn_step_##sfx(float *S, const float *k, const float *v, const float *q,             \
+                             float alpha, float beta, int32_t dk, int32_t dv, float *o);           \
+    void epyq_gdn_seq_##sfx(float *S, const float *k, const float *v, const float *q, size_t ld,   \
+                            const int32_t *rows, int32_t n, const float *alpha, const float *beta, \
+                            int32_t dk, int32_t dv, float *o, size_t ldo)
 #define EPYQ_DECLARE_STREAM(sfx) double epyq_stream_read_##sfx(const float *buf, size_t n)
 #define EPYQ_DECLARE_F32_GEMM(sfx)                                                                 \
     void epyq_f32_gemm_##sfx(float *C, int32_t ldc, const float *A, int32_t lda, const float *B,   \

@@ -106,6 +106,16 @@ void epyq_gdn_step_ref(float *S, const float *k, const float *v, const float *q,
     }
 }
 
+void epyq_gdn_seq_ref(float *S, const float *k, const float *v, const float *q, size_t ld,
+                      const int32_t *rows, int32_t n, const float *alpha, const float *beta,
+                      int32_t dk, int32_t dv, float *o, size_t ldo) {
+    for (int32_t t = 0; t < n; t++) {
+        const size_t r = (size_t)(rows ? rows[t] : t);
+        epyq_gdn_step_ref(S, k + r * ld, v + r * ld, q + r * ld, alpha[t], beta[t], dk, dv,
+                          o + r * ldo);
+    }
+}
+
 void epyq_conv_silu_ref(float *x, float *st, size_t lds, const float *w, size_t ldw, int32_t kc,
                         int32_t n) {
     for (int32_t c = 0; c < n; c++) {
