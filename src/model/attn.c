@@ -23,20 +23,31 @@ static void head_norm(float *v, const float *w, int32_t n, float eps) {
     for (int32_t i = 0; i < n; i++) v[i] = v[i] * inv * (1.0f + w[i]);
 }
 
-/* rotate-half RoPE on dims [0, rd) of one head; angles formed in double. p3: the (t, h, w)
+/* rotate-half RoPE on dims [0, rd) of a head; angles formed in double. p3: the (t, h, w)
  * positions; frequency i turns with axis h when i % 3 == 1 and i < 3 * mrope_section[1], with w
  * when i % 3 == 2 and i < 3 * mrope_section[2], else with t (interleaved M-RoPE,
- * docs/vision.md §4; for text the three are equal). */
-static void rope(const epyq_model *m, float *v, const int32_t *p3) {
-    int32_t half = m->d.rd / 2;
+ * docs/vision.md §4; for text the three are equal). The angles depend on the token only, so
+ * rope_angles forms them once for all the heads a task rotates (a prompt spent most of its
+ * attention prep in sin/cos, once per head). */
+#define ROPE_CHUNK 64 /* frequencies formed at a time */
+static void rope_angles(const epyq_model *m, const int32_t *p3, int32_t i0, int32_t i1, float *c,
+                        float *s) {
     const int32_t *sec = m->c->mrope_section;
-    for (int32_t i = 0; i < half; i++) {
+    for (int32_t i = i0; i < i1; i++) {
         int32_t ax = i % 3 == 1 && i < 3 * sec[1] ? 1 : i % 3 == 2 && i < 3 * sec[2] ? 2 : 0;
         double ang = (double)p3[ax] * m->inv_freq[i];
-        float c = (float)(cos(ang) * m->rope_attn), s = (float)(sin(ang) * m->rope_attn);
+        c[i - i0] = (float)(cos(ang) * m->rope_attn);
+        s[i - i0] = (float)(sin(ang) * m->rope_attn);
+    }
+}
+
+/* frequencies [i0, i1) of one head, cos/sin from rope_angles */
+static void rope_apply(float *v, int32_t half, int32_t i0, int32_t i1, const float *c,
+                       const float *s) {
+    for (int32_t i = i0; i < i1; i++) {
         float a = v[i], b = v[i + half];
-        v[i] = a * c - b * s;
-        v[i + half] = b * c + a * s;
+        v[i] = a * c[i - i0] - b * s[i - i0];
+        v[i + half] = b * c[i - i0] + a * s[i - i0];
     }
 }
 
@@ -67,14 +78,18 @@ static void prep_head(const attn_job *j, int32_t t, int32_t kvh) {
     const epyq_attn_rw *a = &j->ly->at;
     int32_t hd = m->d.hd, group = m->d.nq / m->d.nkv, kvd = m->d.nkv * hd, qd = m->d.nq * 2 * hd;
     const int32_t p1[3] = {p->pos[t], p->pos[t], p->pos[t]}, *p3 = p->rpos ? p->rpos + 3 * t : p1;
-    for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
-        float *q = j->qg + (size_t)t * qd + (size_t)h * 2 * hd; /* per head: q then gate */
-        head_norm(q, a->q_norm, hd, m->eps);
-        rope(m, q, p3);
-    }
+    float *q0 = j->qg + (size_t)t * qd + (size_t)kvh * group * 2 * hd; /* per head: q, gate */
     float *k = j->kk + (size_t)t * kvd + (size_t)kvh * hd;
+    for (int32_t h = 0; h < group; h++) head_norm(q0 + (size_t)h * 2 * hd, a->q_norm, hd, m->eps);
     head_norm(k, a->k_norm, hd, m->eps);
-    rope(m, k, p3);
+    const int32_t half = m->d.rd / 2;
+    float c[ROPE_CHUNK], s[ROPE_CHUNK];
+    for (int32_t i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+        const int32_t i1 = half - i0 < ROPE_CHUNK ? half : i0 + ROPE_CHUNK;
+        rope_angles(m, p3, i0, i1, c, s);
+        for (int32_t h = 0; h < group; h++) rope_apply(q0 + (size_t)h * 2 * hd, half, i0, i1, c, s);
+        rope_apply(k, half, i0, i1, c, s);
+    }
     epyq_seq_kv_store(p->seq[t], j->ly->slot, p->pos[t], kvh, k,
                       j->vv + (size_t)t * kvd + (size_t)kvh * hd);
 }
