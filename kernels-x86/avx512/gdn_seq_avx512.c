@@ -117,13 +117,11 @@ void epyq_gdn_seq_avx512(float *S, const float *k, const float *v, const float *
         const size_t wb = (size_t)nvec * 16 * sizeof(float);
         for (int32_t i = 0; i < dk; i++)
             memcpy(B + (size_t)i * 16 * nvec, S + (size_t)i * dv + j0, wb);
-        switch (nvec) {
-#define CASE(N)                                                                                    \
-    case N: seq_strip(B, k, v, q, ld, rows, n, alpha, beta, dk, j0, N, o, ldo); break;
-            CASE(1)
-            CASE(2) CASE(3) CASE(4)
-#undef CASE
-                default : break; /* nvec <= SEQ_VEC == 4 */
+        switch (nvec) { /* nvec a constant in each strip: its vectors stay in registers */
+        case 1: seq_strip(B, k, v, q, ld, rows, n, alpha, beta, dk, j0, 1, o, ldo); break;
+        case 2: seq_strip(B, k, v, q, ld, rows, n, alpha, beta, dk, j0, 2, o, ldo); break;
+        case 3: seq_strip(B, k, v, q, ld, rows, n, alpha, beta, dk, j0, 3, o, ldo); break;
+        default: seq_strip(B, k, v, q, ld, rows, n, alpha, beta, dk, j0, 4, o, ldo); break;
         }
         for (int32_t i = 0; i < dk; i++)
             memcpy(S + (size_t)i * dv + j0, B + (size_t)i * 16 * nvec, wb);
