@@ -2,9 +2,10 @@
  *
  * Projections run over the whole batch; the causal conv and the delta rule run per sequence
  * in token order. The delta rule has two forms that compute the same thing: the recurrent one
- * (one gdn_step kernel call per token and value head) and the chunked one (chunks of 64 tokens,
- * a triangular solve per chunk), chosen per sequence by how many tokens it has in the batch
- * (epyq_model_opts.gdn_chunk_min; recurrent by default, see there). The state stays fp32
+ * (a value head's run of tokens through the gdn_seq kernel, bit-equal to one gdn_step per
+ * token, which verification keeps for its per-token state snapshots) and the chunked one (chunks of
+ * 64 tokens, a triangular solve per chunk), chosen per sequence by how many tokens it has in the
+ * batch (epyq_model_opts.gdn_chunk_min; recurrent by default, see there). The state stays fp32
  * either way. */
 #include <math.h>
 #include <stdlib.h>

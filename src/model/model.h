@@ -73,12 +73,11 @@ typedef struct epyq_ep {
 #define EPYQ_PATH_A8_ALL ((epyq_numpath)2)
 
 /* Tokens of one sequence in one batch from which the DeltaNet runs chunked (see
- * epyq_model_opts.gdn_chunk_min); -1 = never. The recurrent gdn_step kernel keeps a column
- * strip of the state in registers for both of its passes, and it measured faster than the
- * chunked form at every length: Zen 5 VM, 1 thread, one 128 x 128 head over 512 tokens,
- * 542-586 us recurrent against 814-1039 us chunked (its f32_gemm products alone ~490 us at
- * 180 GFLOP/s); 8-layer 35b-a3b ct pp512, 2 threads, DeltaNet core 144-153 ms against
- * 175-199 ms. */
+ * epyq_model_opts.gdn_chunk_min); -1 = never. The recurrent form measured faster than the
+ * chunked one at every length: Zen 5 VM, 1 thread, one 128 x 128 head over 512 tokens,
+ * 542-586 us as one gdn_step per token against 814-1039 us chunked (its f32_gemm products
+ * alone ~490 us at 180 GFLOP/s); since then a run of tokens goes through gdn_seq (one pass
+ * over an L1-resident strip of the state per token), ~320 us for the same head. */
 #define EPYQ_GDN_CHUNK_DEFAULT (-1)
 /* "a16" | "a8" | "a8all" -> the path value, -1 for anything else; and back. */
 int epyq_model_path_parse(const char *s);
@@ -108,7 +107,7 @@ typedef struct {
                                still follow `path`. Same bytes streamed, more arithmetic. */
     const epyq_kern_table *kernels; /* kernel table; NULL = epyq_kern() (tests pin a level) */
     /* A sequence with at least this many tokens in one batch runs the chunked DeltaNet (chunk
-     * 64, its products in the f32_gemm kernel) instead of one recurrent gdn_step per token;
+     * 64, its products in the f32_gemm kernel) instead of the recurrent gdn_seq / gdn_step;
      * < 0 = never; 0 = EPYQ_GDN_CHUNK_DEFAULT, or the environment's EPYQ_GDN_CHUNK (tokens,
      * <= 0 = never) when set. Both forms compute the same thing within fp32 rounding
      * (tests/unit/test_model_gdn.c); the default is where the chunked one measured faster (never,
