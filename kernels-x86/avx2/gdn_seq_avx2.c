@@ -15,6 +15,7 @@
  * beta (v - alpha m), S = fma(k, delta, alpha S), o by fmadd over ascending i), so the
  * result equals n calls of that step bit for bit (tests/kern/test_gdn_seq.c). */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels-x86/kern_impl.h"
@@ -26,6 +27,26 @@
 #define SEQ_DK_MAX 256 /* rows the strip buffer holds; larger dk runs step by step */
 
 INLINE size_t row_of(const int32_t *rows, int32_t t) { return (size_t)(rows ? rows[t] : t); }
+
+/* Token t's pass over the strip B [dk][w]: S = fma(k, delta, alpha S) stored back,
+ * o += q_i S_i, and with next the following token's m += kn_i S_i (its pass 1). */
+INLINE void update_pass(float *B, int w, int32_t dk, const float *kt, const float *qt,
+                        const float *kn, __m256 va, const __m256 *dl, __m256 *acc, __m256 *m,
+                        const int nvec, const bool next) {
+    for (int32_t i = 0; i < dk; i++) {
+        float *Bi = B + (size_t)i * w;
+        const __m256 ki = _mm256_set1_ps(kt[i]), qi = _mm256_set1_ps(qt[i]);
+        const __m256 ni = next ? _mm256_set1_ps(kn[i]) : _mm256_setzero_ps();
+        UNROLL
+        for (int c = 0; c < nvec; c++) {
+            const __m256 sn =
+                _mm256_fmadd_ps(ki, dl[c], _mm256_mul_ps(va, _mm256_loadu_ps(Bi + 8 * c)));
+            _mm256_storeu_ps(Bi + 8 * c, sn);
+            acc[c] = _mm256_fmadd_ps(sn, qi, acc[c]);
+            if (next) m[c] = _mm256_fmadd_ps(sn, ni, m[c]);
+        }
+    }
+}
 
 /* One strip of nvec vectors at column j0 over all n tokens; B [dk][8 nvec] the strip. */
 INLINE void seq_strip(float *B, const float *k, const float *v, const float *q, size_t ld,
@@ -52,34 +73,10 @@ INLINE void seq_strip(float *B, const float *k, const float *v, const float *q, 
             acc[c] = _mm256_setzero_ps();
             m[c] = _mm256_setzero_ps();
         }
-        if (t + 1 < n) {
-            const float *kn = k + row_of(rows, t + 1) * ld;
-            for (int32_t i = 0; i < dk; i++) {
-                float *Bi = B + (size_t)i * w;
-                const __m256 ki = _mm256_set1_ps(kt[i]), qi = _mm256_set1_ps(qt[i]),
-                             ni = _mm256_set1_ps(kn[i]);
-                UNROLL
-                for (int c = 0; c < nvec; c++) {
-                    const __m256 sn =
-                        _mm256_fmadd_ps(ki, dl[c], _mm256_mul_ps(va, _mm256_loadu_ps(Bi + 8 * c)));
-                    _mm256_storeu_ps(Bi + 8 * c, sn);
-                    acc[c] = _mm256_fmadd_ps(sn, qi, acc[c]);
-                    m[c] = _mm256_fmadd_ps(sn, ni, m[c]);
-                }
-            }
-        } else {
-            for (int32_t i = 0; i < dk; i++) {
-                float *Bi = B + (size_t)i * w;
-                const __m256 ki = _mm256_set1_ps(kt[i]), qi = _mm256_set1_ps(qt[i]);
-                UNROLL
-                for (int c = 0; c < nvec; c++) {
-                    const __m256 sn =
-                        _mm256_fmadd_ps(ki, dl[c], _mm256_mul_ps(va, _mm256_loadu_ps(Bi + 8 * c)));
-                    _mm256_storeu_ps(Bi + 8 * c, sn);
-                    acc[c] = _mm256_fmadd_ps(sn, qi, acc[c]);
-                }
-            }
-        }
+        if (t + 1 < n)
+            update_pass(B, w, dk, kt, qt, k + row_of(rows, t + 1) * ld, va, dl, acc, m, nvec, true);
+        else
+            update_pass(B, w, dk, kt, qt, kt, va, dl, acc, m, nvec, false);
         float *ot = o + r * ldo + j0;
         UNROLL
         for (int c = 0; c < nvec; c++) _mm256_storeu_ps(ot + 8 * c, acc[c]);

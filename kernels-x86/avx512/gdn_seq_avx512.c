@@ -14,6 +14,7 @@
  * beta (v - alpha m), S = fma(k, delta, alpha S), o by fmadd over ascending i), so the
  * result equals n calls of that step bit for bit (tests/kern/test_gdn_seq.c). */
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels-x86/avx512/vec512.h"
@@ -36,6 +37,26 @@ INLINE void prefetch_token(const float *k, const float *v, const float *q, size_
     for (int c = 0; c < nvec; c++) {
         _mm_prefetch((const char *)(v + r * ld + j0 + 16 * c), _MM_HINT_T0);
         _mm_prefetch((const char *)(o + r * ldo + j0 + 16 * c), _MM_HINT_ET0);
+    }
+}
+
+/* Token t's pass over the strip B [dk][w]: S = fma(k, delta, alpha S) stored back,
+ * o += q_i S_i, and with next the following token's m += kn_i S_i (its pass 1). */
+INLINE void update_pass(float *B, int w, int32_t dk, const float *kt, const float *qt,
+                        const float *kn, __m512 va, const __m512 *dl, __m512 *acc, __m512 *m,
+                        const int nvec, const bool next) {
+    for (int32_t i = 0; i < dk; i++) {
+        float *Bi = B + (size_t)i * w;
+        const __m512 ki = _mm512_set1_ps(kt[i]), qi = _mm512_set1_ps(qt[i]);
+        const __m512 ni = next ? _mm512_set1_ps(kn[i]) : _mm512_setzero_ps();
+        UNROLL
+        for (int c = 0; c < nvec; c++) {
+            const __m512 sn =
+                _mm512_fmadd_ps(ki, dl[c], _mm512_mul_ps(va, _mm512_loadu_ps(Bi + 16 * c)));
+            _mm512_storeu_ps(Bi + 16 * c, sn);
+            acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
+            if (next) m[c] = _mm512_fmadd_ps(sn, ni, m[c]);
+        }
     }
 }
 
@@ -66,34 +87,10 @@ INLINE void seq_strip(float *B, const float *k, const float *v, const float *q, 
             acc[c] = _mm512_setzero_ps();
             m[c] = _mm512_setzero_ps();
         }
-        if (t + 1 < n) {
-            const float *kn = k + row_of(rows, t + 1) * ld;
-            for (int32_t i = 0; i < dk; i++) {
-                float *Bi = B + (size_t)i * w;
-                const __m512 ki = _mm512_set1_ps(kt[i]), qi = _mm512_set1_ps(qt[i]),
-                             ni = _mm512_set1_ps(kn[i]);
-                UNROLL
-                for (int c = 0; c < nvec; c++) {
-                    const __m512 sn =
-                        _mm512_fmadd_ps(ki, dl[c], _mm512_mul_ps(va, _mm512_loadu_ps(Bi + 16 * c)));
-                    _mm512_storeu_ps(Bi + 16 * c, sn);
-                    acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
-                    m[c] = _mm512_fmadd_ps(sn, ni, m[c]);
-                }
-            }
-        } else {
-            for (int32_t i = 0; i < dk; i++) {
-                float *Bi = B + (size_t)i * w;
-                const __m512 ki = _mm512_set1_ps(kt[i]), qi = _mm512_set1_ps(qt[i]);
-                UNROLL
-                for (int c = 0; c < nvec; c++) {
-                    const __m512 sn =
-                        _mm512_fmadd_ps(ki, dl[c], _mm512_mul_ps(va, _mm512_loadu_ps(Bi + 16 * c)));
-                    _mm512_storeu_ps(Bi + 16 * c, sn);
-                    acc[c] = _mm512_fmadd_ps(sn, qi, acc[c]);
-                }
-            }
-        }
+        if (t + 1 < n)
+            update_pass(B, w, dk, kt, qt, k + row_of(rows, t + 1) * ld, va, dl, acc, m, nvec, true);
+        else
+            update_pass(B, w, dk, kt, qt, kt, va, dl, acc, m, nvec, false);
         float *ot = o + r * ldo + j0;
         UNROLL
         for (int c = 0; c < nvec; c++) _mm512_storeu_ps(ot + 16 * c, acc[c]);
