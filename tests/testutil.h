@@ -5,13 +5,14 @@
 #ifndef EPYQ_TESTUTIL_H
 #define EPYQ_TESTUTIL_H
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <dirent.h>
 #include <time.h>
+#include <unistd.h>
 
 /* "$EPYQ_SHARED/<sub>" if that path exists, else NULL. Result is a static buffer per call site's
  * use: copy it if you need two at once. */
@@ -24,16 +25,59 @@ static inline const char *epyq_test_shared(const char *sub) {
     return stat(buf, &sb) == 0 ? buf : NULL;
 }
 
-/* A fresh temporary directory for this test (mkdtemp under $TMPDIR or /tmp). */
+/* Temporary directories are removed when the process that made them exits, so a test that
+ * returns early, or never calls epyq_test_rm_dir, leaves nothing in /tmp (a make check used to
+ * leave ~56 folders, 28 MB each for the synthetic checkpoints). A directory made in a Check
+ * fixture before the fork belongs to the parent: each entry keeps its maker's pid, and the exit
+ * handler of a forked test child leaves the parent's entries alone. EPYQ_KEEP_TMP=1 keeps them
+ * all for a post-mortem. */
+enum { EPYQ_TEST_MAX_TMPDIRS = 64 };
+typedef struct {
+    char *path[EPYQ_TEST_MAX_TMPDIRS]; /* [n] strdup'd paths */
+    pid_t pid[EPYQ_TEST_MAX_TMPDIRS];  /* [n] the process that made each */
+    int n;
+} epyq_test_tmpdirs;
+
+static inline epyq_test_tmpdirs *epyq_test_tmpdir_list(void) {
+    static epyq_test_tmpdirs list;
+    return &list;
+}
+
+static inline void epyq_test_rm_path(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+static inline void epyq_test_tmpdir_atexit(void) {
+    const char *keep = getenv("EPYQ_KEEP_TMP");
+    if (keep && *keep && strcmp(keep, "0") != 0) return;
+    epyq_test_tmpdirs *l = epyq_test_tmpdir_list();
+    for (int i = 0; i < l->n; i++) {
+        if (l->pid[i] != getpid()) continue;
+        struct stat sb;
+        if (stat(l->path[i], &sb) == 0) epyq_test_rm_path(l->path[i]);
+    }
+}
+
+/* A fresh temporary directory for this test (mkdtemp under $TMPDIR or /tmp), removed at exit. */
 static inline char *epyq_test_tmpdir(void) {
     const char *t = getenv("TMPDIR");
     static char buf[4096];
     snprintf(buf, sizeof buf, "%s/epyq-test-XXXXXX", t && *t ? t : "/tmp");
     char *d = mkdtemp(buf);
-    return d ? strdup(d) : NULL;
+    if (!d) return NULL;
+    epyq_test_tmpdirs *l = epyq_test_tmpdir_list();
+    if (l->n == 0) atexit(epyq_test_tmpdir_atexit);
+    if (l->n < EPYQ_TEST_MAX_TMPDIRS) {
+        l->path[l->n] = strdup(d);
+        l->pid[l->n] = getpid();
+        l->n++;
+    }
+    return strdup(d);
 }
 
-/* Removes dir and everything in it (rm -rf), then frees dir: system()'s status, 0 when done. */
+/* Removes dir and everything in it (rm -rf) now, then frees dir: system()'s status, 0 when done. */
 static inline int epyq_test_rm_dir(char *dir) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
