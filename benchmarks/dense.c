@@ -7,7 +7,10 @@
  *                              vs oneDNN's bf16 matmul (GFLOP/s; the faster one wins)
  *   attn decode                16 q heads / 2 kv heads, hd 256, 4096 cached tokens: a one-token
  *                              tile (the model's decode) and the GQA entry (K/V read once per
- *                              kv head) vs 16 single-head calls
+ *                              kv head) vs 16 single-head calls; each call reads the next of
+ *                              A_COPIES caches (96 MiB in all), so K/V come from DRAM as in
+ *                              the model's decode, where 10 layers' caches and the weights
+ *                              pass between two reads of one layer's
  *   attn prefill               the same heads, the last 512 tokens of that 4096-token prompt
  *                              (causal): the GQA entry per token vs prompt tiles of 2/4/8 tokens
  *   gdn_step                   32 value heads of 128 x 128 fp32 state (one layer, one token)
@@ -149,20 +152,24 @@ static float *alloc_f32(size_t n) {
 /* ---- attention and GDN -------------------------------------------------------------------- */
 
 enum { A_HEADS = 16, A_KV = 2, A_HD = 256, A_CTX = 4096, G_HEADS = 32, G_D = 128, G_TOK = 256 };
+enum { A_COPIES = 12 }; /* decode rows rotate over this many caches of 8 MiB */
 
 typedef struct {
     epyq_pool *pool;
     const float *q;      /* [A_HEADS][A_HD] */
-    const uint16_t *kv;  /* [2 (k,v)][A_CTX][A_KV][A_HD]: the cache layout, row stride A_KV*A_HD */
+    const uint16_t *kv;  /* [A_COPIES][2 (k,v)][A_KV][A_CTX][A_HD]: the model's cache layout (a
+                            kv head's rows contiguous in its plane, stride A_HD) */
     float *out;          /* [A_HEADS][A_HD] */
     int multi;           /* 1 the GQA entry, 2 a one-token tile (the model's decode), 0 per head */
+    int copy;            /* the cache this call reads */
 } attn_job;
 
 static void attn_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     const attn_job *a = ctx;
-    const size_t stride = (size_t)A_KV * A_HD;
-    const uint16_t *k = a->kv + (size_t)task * A_HD, *v = k + (size_t)A_CTX * stride;
+    const size_t stride = A_HD, plane = (size_t)A_CTX * A_HD;
+    const uint16_t *k = a->kv + (size_t)a->copy * 2 * A_KV * plane + (size_t)task * plane,
+                   *v = k + A_KV * plane;
     const int g = A_HEADS / A_KV; /* q heads per kv head (task = kv head) */
     const float *q = a->q + (size_t)task * g * A_HD;
     float *o = a->out + (size_t)task * g * A_HD;
@@ -180,6 +187,7 @@ static void attn_task(void *ctx, int32_t task, int32_t worker) {
 static void attn_run(void *ctx) {
     attn_job *a = ctx;
     epyq_pool_run(a->pool, attn_task, a, A_KV);
+    a->copy = (a->copy + 1) % A_COPIES;
 }
 
 enum { A_UB = 512 }; /* prompt tokens of the prefill rows: positions A_CTX - A_UB .. A_CTX - 1 */
@@ -187,7 +195,7 @@ enum { A_UB = 512 }; /* prompt tokens of the prefill rows: positions A_CTX - A_U
 typedef struct {
     epyq_pool *pool;
     const float *q;     /* [A_UB][A_HEADS][A_HD] */
-    const uint16_t *kv; /* as attn_job's */
+    const uint16_t *kv; /* as attn_job's, the first copy (a prompt's tiles reread it) */
     float *out;         /* [A_UB][A_HEADS][A_HD] */
     int nt;             /* tokens per tile; 0 = the GQA entry once per token */
 } prefill_job;
@@ -195,9 +203,10 @@ typedef struct {
 static void prefill_task(void *ctx, int32_t task, int32_t worker) {
     (void)worker;
     const prefill_job *a = ctx;
-    const int32_t stride = A_KV * A_HD, g = A_HEADS / A_KV, ld = A_HEADS * A_HD;
+    const int32_t stride = A_HD, g = A_HEADS / A_KV, ld = A_HEADS * A_HD;
     const int32_t kvh = task % A_KV, nt = a->nt ? a->nt : 1, t0 = task / A_KV * nt;
-    const uint16_t *k = a->kv + (size_t)kvh * A_HD, *v = k + (size_t)A_CTX * stride;
+    const size_t plane = (size_t)A_CTX * A_HD;
+    const uint16_t *k = a->kv + (size_t)kvh * plane, *v = k + A_KV * plane;
     const float *q = a->q + (size_t)t0 * ld + (size_t)kvh * g * A_HD;
     float *o = a->out + (size_t)t0 * ld + (size_t)kvh * g * A_HD;
     int32_t n[A_UB];
@@ -344,7 +353,7 @@ int main(int argc, char **argv) {
     const int32_t gn = quick ? 32768 : 131072, gk = 2048, pn = 8192, pk = 2048;
     uint16_t *gw = alloc_bf16((size_t)gn * gk), *pw = alloc_bf16((size_t)pn * pk);
     float *x = alloc_f32((size_t)512 * gk), *y = alloc_f32((size_t)512 * (size_t)gn);
-    uint16_t *kv = alloc_bf16((size_t)2 * A_CTX * A_KV * A_HD);
+    uint16_t *kv = alloc_bf16((size_t)A_COPIES * 2 * A_CTX * A_KV * A_HD);
     float *aq = alloc_f32((size_t)A_UB * A_HEADS * A_HD),
           *ao = alloc_f32((size_t)A_UB * A_HEADS * A_HD);
     float *S = alloc_f32((size_t)G_HEADS * G_D * G_D), *gv = alloc_f32((size_t)3 * G_HEADS * G_D);
@@ -433,7 +442,7 @@ int main(int argc, char **argv) {
                 : mq    ? "attn_bf16_multi"
                         : "attn_bf16 x16",
                 "16q/2kv hd256 4096", 1, t, time_it(attn_run, &a), kv_bytes,
-                4.0 * A_HEADS * A_CTX * A_HD, rd, "decode, one layer");
+                4.0 * A_HEADS * A_CTX * A_HD, rd, "decode, one layer, cache from DRAM");
         }
         prefill_job pa = {.pool = pool, .q = aq, .kv = kv, .out = ao};
         /* keys seen: sum over the prompt's tokens of pos + 1, per kv head */

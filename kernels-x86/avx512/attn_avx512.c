@@ -16,9 +16,12 @@
  * running sum are lane-wise, and the output update broadcasts v[key][d] against the 16
  * probability vectors held in registers. No horizontal sum is left, K/V cross the cache once
  * per tile instead of once per token, and every lane (row) is computed independently of the
- * others: a row's bits do not depend on which tile it was in. Up to 8 rows (a decode token)
- * keep the output as [row][d] and update it with d in the lanes, the same operations per
- * element in the same order, so the same bits at half the FMAs of 8 lanes of 16.
+ * others: a row's bits do not depend on which tile it was in. Up to 8 rows (a decode token's
+ * GQA group) put the keys in the lanes instead (few_pass): each row's score vector is its own
+ * FMA chain over d against a transposed block of K, widened in registers, and the output keeps
+ * [row][d] with V widened once per key for all rows — every element sees the same operations
+ * in the same order, so the same bits, with all 16 lanes busy where 8 rows filled half of them
+ * (one kv head over 4096 cached keys, 1 thread: 445 -> 340 us).
  *
  * hd must be a multiple of 16 (the tile path also hd <= 256), else the ref twin runs. Error
  * bounds against a double reference are asserted in tests/kern/test_dense.c. */
@@ -150,7 +153,7 @@ void epyq_attn_bf16_avx512(const float *q, const uint16_t *k, const uint16_t *v,
 #define TL_KEYS 16 /* keys per online-softmax step: one score vector (16 rows) per key */
 #define TL_CH 4    /* chunks of 16 rows per pass over K/V */
 #define TL_HD 256  /* the largest hd the scratch holds */
-#define TL_FEW 8   /* rows that take tile_pv_rows: a decode token's GQA group */
+#define TL_FEW 8   /* rows that take few_pass: a decode token's GQA group */
 #define UNROLL16 _Pragma("GCC unroll 16")
 
 /* Per-thread scratch (160 KiB): transposed q and output of a pass, the step's K/V in fp32. */
@@ -233,28 +236,188 @@ INLINE void tile_pv_lanes(float *ot, const float (*vw)[TL_HD], size_t hd, const 
     }
 }
 
-/* The same update with d in lanes for a few rows (a decode token's GQA group), o [nr][hd]:
- * per element the same operations in the same order as tile_pv_lanes, so the same bits, at
- * nr/16 of its FMAs. */
-INLINE void tile_pv_rows(float *o, int32_t nr, const float (*vw)[TL_HD], size_t hd, const __m512 *p,
-                         __m512 alpha) {
-    _Alignas(64) float pv[TL_KEYS][16], av[16];
-    UNROLL16
-    for (int32_t j = 0; j < TL_KEYS; j++) _mm512_store_ps(pv[j], p[j]);
-    _mm512_store_ps(av, alpha);
-    for (int32_t r = 0; r < nr; r++) {
-        __m512 pr[TL_KEYS];
-        UNROLL16
-        for (int32_t j = 0; j < TL_KEYS; j++) pr[j] = _mm512_set1_ps(pv[j][r]);
-        const __m512 ar = _mm512_set1_ps(av[r]);
-        float *orow = o + (size_t)r * hd;
-        for (size_t d = 0; d < hd; d += 16) {
-            __m512 acc = _mm512_mul_ps(_mm512_load_ps(orow + d), ar);
-            UNROLL16
-            for (int32_t j = 0; j < TL_KEYS; j++)
-                acc = _mm512_fmadd_ps(_mm512_load_ps(&vw[j][d]), pr[j], acc);
-            _mm512_store_ps(orow + d, acc);
+/* A 16 x 16 transpose of 32-bit elements: t[i] lane j <- t[j] lane i. */
+INLINE void transpose16_epi32(__m512i *t) {
+    __m512i u[16], w[16];
+    for (int i = 0; i < 16; i += 2) {
+        u[i] = _mm512_unpacklo_epi32(t[i], t[i + 1]);
+        u[i + 1] = _mm512_unpackhi_epi32(t[i], t[i + 1]);
+    }
+    /* w[4i + c], 128-bit lane L: element 4L + c of rows 4i .. 4i + 3 */
+    for (int i = 0; i < 16; i += 4) {
+        w[i] = _mm512_unpacklo_epi64(u[i], u[i + 2]);
+        w[i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 2]);
+        w[i + 2] = _mm512_unpacklo_epi64(u[i + 1], u[i + 3]);
+        w[i + 3] = _mm512_unpackhi_epi64(u[i + 1], u[i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(w[c], w[4 + c], 0x88),
+                      x1 = _mm512_shuffle_i32x4(w[c], w[4 + c], 0xDD),
+                      y0 = _mm512_shuffle_i32x4(w[8 + c], w[12 + c], 0x88),
+                      y1 = _mm512_shuffle_i32x4(w[8 + c], w[12 + c], 0xDD);
+        t[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        t[4 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        t[8 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        t[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
+/* The score chains of nr rows over one step's keys [0, nb) (keys in the lanes, keys past nb
+ * zero): sc[i] lane j = sum over d, in d order, of k[j][d] q_i[d] by FMA from 0. A bf16 pair
+ * (d, d + 1) is one 32-bit element, so a 16 x 16 transpose of the step's 32-column block
+ * moves pairs; a shift and a mask widen the even and the odd column into the lanes. */
+INLINE void few_scores(__m512 *sc, const float *const *q, const int32_t nr, const uint16_t *k,
+                       int32_t nb, size_t hd, size_t kv_stride, const uint16_t *pf_k, int32_t npf) {
+    const __m512i hi = _mm512_set1_epi32((int32_t)0xFFFF0000u);
+    UNROLL
+    for (int32_t i = 0; i < nr; i++) sc[i] = _mm512_setzero_ps();
+    for (size_t d0 = 0; d0 < hd; d0 += 32) {
+        const __mmask16 pairs = hd - d0 >= 32 ? 0xFFFF : 0x00FF; /* hd % 16 == 0 */
+        __m512i t[16];
+        for (int32_t j = 0; j < npf; j++)
+            _mm_prefetch((const char *)(pf_k + (size_t)j * kv_stride + d0), _MM_HINT_T0);
+        for (int32_t j = 0; j < TL_KEYS; j++)
+            t[j] = j < nb ? _mm512_maskz_loadu_epi32(pairs, k + (size_t)j * kv_stride + d0)
+                          : _mm512_setzero_si512();
+        transpose16_epi32(t);
+        const int np = pairs == 0xFFFF ? 16 : 8;
+        for (int c = 0; c < np; c++) {
+            const size_t d = d0 + 2 * (size_t)c;
+            const __m512 ke = _mm512_castsi512_ps(_mm512_slli_epi32(t[c], 16)),
+                         ko = _mm512_castsi512_ps(_mm512_and_si512(t[c], hi));
+            UNROLL
+            for (int32_t i = 0; i < nr; i++)
+                sc[i] = _mm512_fmadd_ps(ke, _mm512_set1_ps(q[i][d]), sc[i]);
+            UNROLL
+            for (int32_t i = 0; i < nr; i++)
+                sc[i] = _mm512_fmadd_ps(ko, _mm512_set1_ps(q[i][d + 1]), sc[i]);
         }
+    }
+}
+
+/* o[i] = o[i] * al[i] + sum over the step's keys j, in key order, of p[i][j] v[j] (one FMA per
+ * key; keys past nb are zero rows, as in the row-lane form, where a zero term turns a -0 into
+ * +0). V is widened once per key and 16 columns, in a register, for all rows. */
+INLINE void few_pv(float *o, const int32_t nr, const float (*p)[TL_KEYS], const float *al,
+                   const uint16_t *v, int32_t nb, size_t hd, size_t kv_stride, const uint16_t *pf_v,
+                   int32_t npf) {
+    for (size_t d = 0; d < hd; d += 16) {
+        if (d % 32 == 0)
+            for (int32_t j = 0; j < npf; j++)
+                _mm_prefetch((const char *)(pf_v + (size_t)j * kv_stride + d), _MM_HINT_T0);
+        __m512 acc[TL_FEW];
+        UNROLL
+        for (int32_t i = 0; i < nr; i++)
+            acc[i] = _mm512_mul_ps(_mm512_load_ps(o + (size_t)i * hd + d), _mm512_set1_ps(al[i]));
+        for (int32_t j = 0; j < TL_KEYS; j++) {
+            const __m512 vj = j < nb ? widen_bf16(_mm256_loadu_si256(
+                                           (const __m256i *)(v + (size_t)j * kv_stride + d)))
+                                     : _mm512_setzero_ps();
+            UNROLL
+            for (int32_t i = 0; i < nr; i++)
+                acc[i] = _mm512_fmadd_ps(vj, _mm512_set1_ps(p[i][j]), acc[i]);
+        }
+        UNROLL
+        for (int32_t i = 0; i < nr; i++) _mm512_store_ps(o + (size_t)i * hd + d, acc[i]);
+    }
+}
+
+/* A decode token's rows (up to TL_FEW: its GQA group), keys in the lanes instead of rows: a
+ * row's score vector is a chain of FMAs over d, so all 16 lanes work where the row-lane form
+ * filled nr of them, and K/V are widened in registers instead of through scratch. Every row
+ * still does the row-lane form's operations in its order — the FMA chain over d from 0, the
+ * scale or -inf, the max, alpha and exp of the same lane-wise functions, the running sum in
+ * key order, the output's multiply by alpha and one FMA per key in key order, the final
+ * multiply by 1/sum — so a row's bits are those it gets in a prompt tile
+ * (tests/kern/test_dense.c compares each row with the row in a 64-row pass). The max over 16
+ * lanes equals the max over 16 vectors but for the sign of a zero maximum, which exp_neg and
+ * the subtractions map to the same values. */
+INLINE void few_pass(const tile_rows *r, int32_t r0, const int32_t nr, const uint16_t *k,
+                     const uint16_t *v, size_t hd, size_t kv_stride, float scale) {
+    const float *q[TL_FEW];
+    float *o = tl_ws.ot; /* [nr][hd], unnormalised */
+    int32_t n[TL_FEW], max_n = 0;
+    _Alignas(64) float mx[16], sm[16];
+    for (int32_t i = 0; i < 16; i++) {
+        mx[i] = -INFINITY;
+        sm[i] = 0.0f;
+    }
+    for (int32_t i = 0; i < nr; i++) {
+        q[i] = row_q(r, r0 + i);
+        n[i] = r->n_ctx[(r0 + i) / r->nh];
+        max_n = n[i] > max_n ? n[i] : max_n;
+    }
+    memset(o, 0, (size_t)nr * hd * sizeof(float));
+    const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int32_t s0 = 0; s0 < max_n; s0 += TL_KEYS) {
+        const int32_t nb = max_n - s0 < TL_KEYS ? max_n - s0 : TL_KEYS;
+        __m512 sc[TL_FEW];
+        /* the next step's K and V rows, spread over this step's blocks: the hardware
+         * prefetchers fall behind a walk this slow (one kv head over 8192 keys from DRAM
+         * 1.25-1.45 ms without, 0.68-0.71 ms with, the in-cache time) */
+        const int32_t sp = s0 + TL_KEYS, npf = max_n - sp < TL_KEYS ? max_n - sp : TL_KEYS;
+        few_scores(sc, q, nr, k + (size_t)s0 * kv_stride, nb, hd, kv_stride,
+                   k + (size_t)sp * kv_stride, npf);
+        _Alignas(64) float bm[16];
+        __mmask16 live[TL_FEW];
+        _mm512_store_ps(bm, ninf);
+        UNROLL
+        for (int32_t i = 0; i < nr; i++) {
+            const int32_t nl = n[i] - s0;
+            live[i] = nl >= TL_KEYS ? (__mmask16)0xFFFF
+                      : nl <= 0     ? (__mmask16)0
+                                    : (__mmask16)((1u << nl) - 1);
+            sc[i] = _mm512_mask_mul_ps(ninf, live[i], sc[i], vscale);
+            bm[i] = _mm512_reduce_max_ps(sc[i]);
+        }
+        /* the running max, shift and alpha as vectors over rows, as in tile_scores */
+        const __m512 m = _mm512_load_ps(mx), mnew = _mm512_max_ps(m, _mm512_load_ps(bm));
+        const __m512 shift = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mnew, ninf, _CMP_NEQ_UQ), mnew);
+        const __m512 alpha = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(m, ninf, _CMP_NEQ_UQ),
+                                                 exp_neg(_mm512_sub_ps(m, shift)));
+        _Alignas(64) float sh[16], al[16], p[TL_FEW][TL_KEYS];
+        _mm512_store_ps(sh, shift);
+        _mm512_store_ps(al, alpha);
+        _mm512_store_ps(mx, mnew);
+        _mm512_store_ps(sm, _mm512_mul_ps(_mm512_load_ps(sm), alpha));
+        UNROLL
+        for (int32_t i = 0; i < nr; i++) {
+            _mm512_store_ps(
+                p[i],
+                _mm512_maskz_mov_ps(live[i], exp_neg(_mm512_sub_ps(sc[i], _mm512_set1_ps(sh[i])))));
+            float s = sm[i];
+            for (int32_t j = 0; j < TL_KEYS; j++) s += p[i][j];
+            sm[i] = s;
+        }
+        few_pv(o, nr, (const float(*)[TL_KEYS])p, al, v + (size_t)s0 * kv_stride, nb, hd, kv_stride,
+               v + (size_t)sp * kv_stride, npf);
+    }
+    const __m512 l = _mm512_load_ps(sm);
+    /* rows that saw no key (n_ctx = 0) have sum 0 and output 0 */
+    _Alignas(64) float iv[16];
+    _mm512_store_ps(iv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(l, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                            _mm512_set1_ps(1.0f), l));
+    for (int32_t i = 0; i < nr; i++) {
+        const __m512 ri = _mm512_set1_ps(iv[i]);
+        float *dst = row_out(r, r0 + i);
+        for (size_t d = 0; d < hd; d += 16)
+            _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_load_ps(o + (size_t)i * hd + d), ri));
+    }
+}
+
+/* few_pass with the row count as a compile-time constant, so the score chains stay in
+ * registers. */
+static void few_pass_n(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t *k,
+                       const uint16_t *v, size_t hd, size_t kv_stride, float scale) {
+    switch (nr) {
+    case 1: few_pass(r, r0, 1, k, v, hd, kv_stride, scale); break;
+    case 2: few_pass(r, r0, 2, k, v, hd, kv_stride, scale); break;
+    case 3: few_pass(r, r0, 3, k, v, hd, kv_stride, scale); break;
+    case 4: few_pass(r, r0, 4, k, v, hd, kv_stride, scale); break;
+    case 5: few_pass(r, r0, 5, k, v, hd, kv_stride, scale); break;
+    case 6: few_pass(r, r0, 6, k, v, hd, kv_stride, scale); break;
+    case 7: few_pass(r, r0, 7, k, v, hd, kv_stride, scale); break;
+    default: few_pass(r, r0, 8, k, v, hd, kv_stride, scale); break; /* nr == TL_FEW */
     }
 }
 
@@ -263,8 +426,6 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
                       const uint16_t *v, size_t hd, size_t kv_stride, float scale) {
     tile_ws *w = &tl_ws;
     const int32_t nc = (nr + 15) / 16;
-    /* up to TL_FEW rows keep their output as [row][d] (tile_pv_rows), else [d][16 rows] */
-    const bool few = nr <= TL_FEW;
     __m512i lim[TL_CH];
     __m512 m[TL_CH], l[TL_CH];
     int32_t max_n = 0;
@@ -281,7 +442,7 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
         lim[c] = _mm512_loadu_si512(lv);
         m[c] = _mm512_set1_ps(-INFINITY);
         l[c] = _mm512_setzero_ps();
-        memset(w->ot + (size_t)c * hd * 16, 0, hd * 16 * sizeof(float)); /* either layout */
+        memset(w->ot + (size_t)c * hd * 16, 0, hd * 16 * sizeof(float));
     }
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int32_t s0 = 0; s0 < max_n; s0 += TL_KEYS) {
@@ -305,10 +466,7 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
             __m512 p[TL_KEYS], alpha;
             tile_scores(w->qt + (size_t)c * hd * 16, (const float(*)[TL_HD])w->kw, hd, s0, lim[c],
                         vscale, &m[c], &l[c], p, &alpha);
-            if (few) tile_pv_rows(w->ot, nr, (const float(*)[TL_HD])w->vw, hd, p, alpha);
-            else
-                tile_pv_lanes(w->ot + (size_t)c * hd * 16, (const float(*)[TL_HD])w->vw, hd, p,
-                              alpha);
+            tile_pv_lanes(w->ot + (size_t)c * hd * 16, (const float(*)[TL_HD])w->vw, hd, p, alpha);
         }
     }
     for (int32_t c = 0; c < nc; c++) {
@@ -317,18 +475,6 @@ static void tile_pass(const tile_rows *r, int32_t r0, int32_t nr, const uint16_t
             _mm512_cmp_ps_mask(l[c], _mm512_setzero_ps(), _CMP_GT_OQ), _mm512_set1_ps(1.0f), l[c]);
         const float *ot = w->ot + (size_t)c * hd * 16;
         const int32_t rows = nr - c * 16 < 16 ? nr - c * 16 : 16;
-        if (few) { /* the same multiply per element as below */
-            _Alignas(64) float iv[16];
-            _mm512_store_ps(iv, inv);
-            for (int32_t i = 0; i < rows; i++) {
-                const __m512 ri = _mm512_set1_ps(iv[i]);
-                float *dst = row_out(r, r0 + i);
-                for (size_t d = 0; d < hd; d += 16)
-                    _mm512_storeu_ps(dst + d,
-                                     _mm512_mul_ps(_mm512_load_ps(ot + (size_t)i * hd + d), ri));
-            }
-            continue;
-        }
         float *dst[16];
         for (int32_t i = 0; i < rows; i++) dst[i] = row_out(r, r0 + c * 16 + i);
         for (size_t d = 0; d < hd; d++) {
@@ -350,7 +496,10 @@ void epyq_attn_bf16_tile_avx512(const float *q, int32_t nt, int32_t nh, int32_t 
     }
     const tile_rows r = {q, nh, ldq_t, ldq_h, ldo_t, ldo_h, n_ctx, out};
     const int32_t rows = nt * nh;
-    for (int32_t r0 = 0; r0 < rows; r0 += 16 * TL_CH)
-        tile_pass(&r, r0, rows - r0 < 16 * TL_CH ? rows - r0 : 16 * TL_CH, k, v, (size_t)hd,
-                  (size_t)kv_stride, scale);
+    for (int32_t r0 = 0; r0 < rows; r0 += 16 * TL_CH) {
+        const int32_t nr = rows - r0 < 16 * TL_CH ? rows - r0 : 16 * TL_CH;
+        if (nr <= TL_FEW) few_pass_n(&r, r0, nr, k, v, (size_t)hd, (size_t)kv_stride, scale);
+        else
+            tile_pass(&r, r0, nr, k, v, (size_t)hd, (size_t)kv_stride, scale);
+    }
 }
