@@ -171,24 +171,26 @@ epyq_status epyq_tool_model_load(epyq_model **out, const char *dir, const epyq_m
     /* the MTP drafts' head: its kind, and the ids it drafts among when cut (--draft-vocab) */
     const epyq_requant dh = epyq_model_draft_head(*out);
     const int32_t dv = epyq_model_draft_vocab(*out), V = epyq_model_config(*out)->vocab_size;
+    const char *embed = epyq_model_embed_resident(*out) ? "in memory" : "mapped";
     char dr[96] = "";
     if (dh)
         snprintf(dr, sizeof dr, ", draft head %s over ids [0, %d)", epyq_requant_name(dh), (int)dv);
     if (tty)
         fprintf(
             stderr,
-            "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token%s%s\n",
+            "loaded %s: %.2f GB in %.1f s (%.2f GB/s), %d threads, %s kernels, %.1f MB streamed per token, "
+            "embeddings %s%s%s\n",
             dir, p.bytes / 1e9, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
-            active / 1e6, rq, dr);
+            active / 1e6, embed, rq, dr);
     else
         fprintf(
             stderr,
             "{\"event\":\"model_loaded\",\"bytes\":%llu,\"seconds\":%.3f,\"gb_per_s\":%.3f,\"threads\":%d,"
             "\"kernels\":\"%s\",\"active_bytes_per_token\":%llu,\"requant_lm_head\":\"%s\","
-            "\"requant_dense\":\"%s\",\"draft_head\":\"%s\",\"draft_vocab\":%d}\n",
+            "\"requant_dense\":\"%s\",\"draft_head\":\"%s\",\"draft_vocab\":%d,\"embeddings\":\"%s\"}\n",
             (unsigned long long)p.bytes, dt, dt > 0 ? p.bytes / 1e9 / dt : 0.0, threads, kt->name,
             (unsigned long long)active, epyq_requant_name(rq_lm), epyq_requant_name(rq_dense),
-            dh ? epyq_requant_name(dh) : "none", (int)(dh ? dv : V));
+            dh ? epyq_requant_name(dh) : "none", (int)(dh ? dv : V), embed);
     return EPYQ_OK;
 }
 

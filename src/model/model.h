@@ -147,6 +147,10 @@ epyq_status epyq_model_load(epyq_model **out, const char *dir, const epyq_model_
 void epyq_model_free(epyq_model *m);
 const epyq_config *epyq_model_config(const epyq_model *m);
 bool epyq_model_has_mtp(const epyq_model *m);
+/* Whether the embedding table was copied into memory at load (the default when it fits with
+ * EPYQ_EMBED_HEADROOM to spare; EPYQ_EMBED=resident|mapped decides instead) or its rows are
+ * read from the checkpoint's mapping. */
+bool epyq_model_embed_resident(const epyq_model *m);
 int32_t epyq_model_threads(const epyq_model *m); /* pool size, caller included */
 /* Change the numeric path / chunk threshold of a loaded model (tests, --path). */
 void epyq_model_set_path(epyq_model *m, epyq_numpath path);

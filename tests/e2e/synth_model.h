@@ -1,6 +1,7 @@
 /* tests/e2e/synth_model.h — a small synthetic checkpoint for the forward-pass tests, written
  * with src/synth (the same generator as `epyq synth --shape tiny`), so they run without
- * ../shared. Header-only; the folder is left in $TMPDIR for inspection. */
+ * ../shared. Header-only; the folder is removed when the test process exits (EPYQ_KEEP_TMP=1
+ * keeps it for inspection, tests/testutil.h). */
 #ifndef EPYQ_TEST_SYNTH_MODEL_H
 #define EPYQ_TEST_SYNTH_MODEL_H
 

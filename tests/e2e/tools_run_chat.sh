@@ -11,6 +11,16 @@ grep '^{"event":"model_loaded"' "$T/err" | jq -e '.bytes > 0 and .threads == 1' 
 grep -q 'generation 12 tokens\|finish: stop' "$T/err" || fail "run: no stats line with 12 generated tokens"
 expect 0 "run again, same seed" "$EPYQ" $R -p "The quick brown fox"
 cmp -s "$T/out" "$T/run1" || fail "run: same seed gave different text"
+# the embedding table: copied into memory (a tiny model fits) unless EPYQ_EMBED=mapped; same text
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.embeddings == "in memory"' >/dev/null ||
+    fail "load line: embeddings not in memory"
+expect 0 "run with EPYQ_EMBED=mapped" env EPYQ_EMBED=mapped "$EPYQ" $R -p "The quick brown fox"
+grep '^{"event":"model_loaded"' "$T/err" | jq -e '.embeddings == "mapped"' >/dev/null ||
+    fail "load line: EPYQ_EMBED=mapped not shown"
+cmp -s "$T/out" "$T/run1" || fail "run: EPYQ_EMBED=mapped gave different text"
+expect 1 "run with a bad EPYQ_EMBED" env EPYQ_EMBED=sometimes "$EPYQ" $R -p "The quick brown fox"
+grep -q "EPYQ_EMBED: expected mapped or resident, got 'sometimes'" "$T/err" ||
+    fail "bad EPYQ_EMBED: no clear error"
 printf 'The quick brown fox' >"$T/prompt.txt"
 expect 0 "run -f FILE" "$EPYQ" $R -f "$T/prompt.txt"
 cmp -s "$T/out" "$T/run1" || fail "run -f gave other text than -p"
