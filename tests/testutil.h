@@ -43,10 +43,11 @@ static inline epyq_test_tmpdirs *epyq_test_tmpdir_list(void) {
     return &list;
 }
 
-static inline void epyq_test_rm_path(const char *dir) {
+/* rm -rf dir: system()'s status, 0 when done. */
+static inline int epyq_test_rm_tree(const char *dir) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    return system(cmd);
 }
 
 static inline void epyq_test_tmpdir_atexit(void) {
@@ -56,7 +57,8 @@ static inline void epyq_test_tmpdir_atexit(void) {
     for (int i = 0; i < l->n; i++) {
         if (l->pid[i] != getpid()) continue;
         struct stat sb;
-        if (stat(l->path[i], &sb) == 0) epyq_test_rm_path(l->path[i]);
+        if (stat(l->path[i], &sb) == 0 && epyq_test_rm_tree(l->path[i]) != 0)
+            fprintf(stderr, "warning: could not remove %s\n", l->path[i]);
     }
 }
 
@@ -79,9 +81,7 @@ static inline char *epyq_test_tmpdir(void) {
 
 /* Removes dir and everything in it (rm -rf) now, then frees dir: system()'s status, 0 when done. */
 static inline int epyq_test_rm_dir(char *dir) {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    int rc = system(cmd);
+    const int rc = epyq_test_rm_tree(dir);
     free(dir);
     return rc;
 }

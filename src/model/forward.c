@@ -203,13 +203,13 @@ epyq_status epyq_model_forward_img(epyq_model *m, const epyq_batch *b, const epy
     if (!x) st = epyq_err_set(err, EPYQ_E_NOMEM, "residual [%d][%d]: out of memory", T, H);
     for (int32_t t = 0; T > 1 && !m->embed_mem && t < T; t++) /* mapped rows' reads at once */
         if (!(embd && embd[t]))                               /* tokens checked by plan_make */
-            epyq_tensor_prefetch(m->embed, (size_t)b->tok[t] * H, (size_t)H);
+            epyq_tensor_prefetch(&m->embed, (size_t)b->tok[t] * H, (size_t)H);
     for (int32_t t = 0; st == EPYQ_OK && t < T; t++)
         if (embd && embd[t]) /* image features in place of <|image_pad|> (docs/vision.md §4) */
             memcpy(x + (size_t)t * H, embd[t], (size_t)H * sizeof(float));
         else
-            st = epyq_tensor_read_f32(m->embed, (size_t)b->tok[t] * H, (size_t)H, x + (size_t)t * H,
-                                      err);
+            st = epyq_tensor_read_f32(&m->embed, (size_t)b->tok[t] * H, (size_t)H,
+                                      x + (size_t)t * H, err);
     epyq_prof_add(m, EPYQ_PROF_EMBED, &t0);
     bool moved = false; /* whether any sequence state (KV, DeltaNet conv/state) may have changed */
     for (int32_t l = 0; st == EPYQ_OK && l < m->d.L; l++) {

@@ -344,7 +344,7 @@ static void embed_copy_task(void *ctx, int32_t task, int32_t worker) {
  * theirs in memory too (llama.cpp -mmp 0, ik_llama.cpp -rtr). EPYQ_EMBED=mapped keeps the
  * mapping (1 GB less resident on the full model), =resident copies whatever the headroom. */
 static epyq_status embed_hold(epyq_model *m, epyq_err *err) {
-    m->embed = m->w->embed;
+    if (m->w->embed) m->embed = *m->w->embed;
     const char *e = getenv("EPYQ_EMBED");
     const bool force = e && !strcmp(e, "resident"), never = e && !strcmp(e, "mapped");
     if (e && *e && !force && !never)
@@ -375,10 +375,7 @@ static epyq_status embed_hold(epyq_model *m, epyq_err *err) {
      * faulting threads read the 1 GB of the full model in 1.6-2.0 s where one took 2.4-2.9 */
     embed_copy_job j = {p, m->w->embed->data, nb, 8u << 20};
     epyq_pool_run(m->pool, embed_copy_task, &j, (int32_t)((nb + j.piece - 1) / j.piece));
-    m->embed_res = *m->w->embed;
-    m->embed_res.data = p;
-    m->embed_mem = p;
-    m->embed = &m->embed_res;
+    m->embed.data = m->embed_mem = p;
     return EPYQ_OK;
 }
 

@@ -83,11 +83,10 @@ void epyq_wmem_free(epyq_wmem *w);
 
 struct epyq_model {
     epyq_weights *w;            /* owned; config lives in w->cfg */
-    /* The embedding table the forward reads rows of: *w->embed in the checkpoint's mapping, or
-     * embed_res, a copy in memory (model.c embed_hold). */
-    const epyq_tensor *embed;
-    epyq_tensor embed_res; /* [V][H] *w->embed with data in embed_mem */
-    void *embed_mem;       /* owned; NULL while the rows are read from the mapping */
+    /* The embedding table the forward reads rows of: *w->embed, its data in the checkpoint's
+     * mapping or, when embed_mem is set, in that copy (model.c embed_hold). */
+    epyq_tensor embed; /* [V][H] */
+    void *embed_mem;   /* owned; NULL while the rows are read from the mapping */
     const epyq_config *c;
     const epyq_kern_table *kt;
     epyq_pool *pool;

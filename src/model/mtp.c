@@ -45,7 +45,8 @@ epyq_status epyq_mtp_run(epyq_model *m, epyq_seq *s, int32_t n, const float *h, 
     if (st != EPYQ_OK) goto done;
     for (int32_t i = 0; i < n; i++) {
         float *e = cat + (size_t)i * 2 * H;
-        if ((st = epyq_tensor_read_f32(m->embed, (size_t)tok[i] * H, (size_t)H, e, err)) != EPYQ_OK)
+        if ((st = epyq_tensor_read_f32(&m->embed, (size_t)tok[i] * H, (size_t)H, e, err)) !=
+            EPYQ_OK)
             goto done;
         epyq_rmsnorm_zc_rows(e, m->mtp_norm_e, 1, H, m->eps, e); /* embedding first */
         epyq_rmsnorm_zc_rows(h + (size_t)i * H, m->mtp_norm_h, 1, H, m->eps, e + H); /* then hidden */
